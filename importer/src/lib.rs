@@ -1,1 +1,31 @@
-//! x
+//! The disk import pipeline: a source (file, HTTP) → decompression (gzip, xz, zstd, bzip2, detected by
+//! magic) → format conversion (raw/ISO streamed, qcow2 converted natively in one pass, vmdk/vhd/vhdx/vdi
+//! by `qemu-img`) → a sparse target (file or block device), with checksum verification and live progress.
+//!
+//! ```text
+//! SourceLocation ─► source::open ─► Progress tap ─► checksum tap ─► decompress* ─► detect
+//!                                                                               │
+//!                        plan::plan (pure) ◄─────────────────────────────────────┘
+//!                              │
+//!        Stream │ Qcow2 { Random | MemorySpill | ScratchSpill } │ QemuImg { LocalFile | Spool }
+//!                              │
+//!                          sink::Sink (file: holes; block: zeroing) ─► fsync
+//! ```
+//!
+//! Entry points: [`pipeline::import`] and [`info::info`]. The binary in `main.rs` only parses arguments.
+
+pub mod checksum;
+pub mod decompress;
+pub mod detect;
+pub mod error;
+pub mod format;
+pub mod info;
+pub mod pipeline;
+pub mod plan;
+pub mod progress;
+pub mod sink;
+pub mod size;
+pub mod source;
+
+pub use error::{Error, ErrorKind, Result};
+pub use pipeline::{ImportReport, ImportRequest, import};

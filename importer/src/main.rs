@@ -1,1 +1,291 @@
-fn main() {}
+//! `importer`: the standalone CLI over the import pipeline. Parses arguments and the environment into an
+//! [`ImportRequest`], runs it on a blocking thread, renders progress, prints the result.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use importer::checksum::ExpectedChecksum;
+use importer::progress::Progress;
+use importer::source::{HttpOptions, SourceLocation, http::parse_header};
+use importer::{ImportRequest, size::parse_size};
+
+#[derive(Parser)]
+#[command(
+    name = "importer",
+    version,
+    about = "Import disk images into files or block devices, CDI-compatible"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct HttpArgs {
+    /// Directory of PEM CA certificates to trust (every file in it).
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Do not verify TLS certificates.
+    #[arg(long)]
+    insecure: bool,
+    /// Extra request header, `Name: value` (repeatable).
+    #[arg(long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// Basic-auth user (also IMPORTER_ACCESS_KEY_ID).
+    #[arg(long, env = "IMPORTER_ACCESS_KEY_ID", hide_env_values = true)]
+    access_key_id: Option<String>,
+    /// Basic-auth password (also IMPORTER_SECRET_KEY).
+    #[arg(long, env = "IMPORTER_SECRET_KEY", hide_env_values = true)]
+    secret_key: Option<String>,
+    /// Seconds without data before a transfer is retried.
+    #[arg(long, default_value_t = 60, hide = true)]
+    stall_timeout: u64,
+    /// Retries per request and per stalled/reset transfer.
+    #[arg(long, default_value_t = 5)]
+    retries: u32,
+}
+
+impl HttpArgs {
+    fn options(&self) -> anyhow::Result<HttpOptions> {
+        let headers = self
+            .headers
+            .iter()
+            .map(|h| parse_header(h))
+            .collect::<Result<Vec<_>, _>>()?;
+        let basic_auth = match (&self.access_key_id, &self.secret_key) {
+            (Some(u), Some(p)) if !u.is_empty() => Some((u.clone(), p.clone())),
+            (Some(u), None) if !u.is_empty() => Some((u.clone(), String::new())),
+            _ => None,
+        };
+        Ok(HttpOptions {
+            cert_dir: self.cert_dir.clone(),
+            insecure: self.insecure,
+            headers,
+            basic_auth,
+            stall_timeout: Duration::from_secs(self.stall_timeout.max(1)),
+            max_retries: self.retries,
+            ..HttpOptions::default()
+        })
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Import SOURCE (path, file://, http://, https://) into DEST (file or block device) as raw.
+    Import {
+        /// The image source.
+        source: String,
+        /// The target file (created or replaced) or block device.
+        dest: PathBuf,
+        /// Expected checksum of the source bytes as served, `md5|sha1|sha256|sha512:HEX`.
+        #[arg(long)]
+        checksum: Option<String>,
+        /// Final size of DEST (grown with zeroes; smaller than the image is an error), e.g. 10G.
+        #[arg(long)]
+        size: Option<String>,
+        /// Allocate the whole target.
+        #[arg(long)]
+        preallocate: bool,
+        /// Scratch directory, used only when the format and source need one.
+        #[arg(long, value_name = "DIR")]
+        scratch: Option<PathBuf>,
+        /// Result format on stdout.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// Do not draw a progress bar.
+        #[arg(long)]
+        no_progress: bool,
+        #[command(flatten)]
+        http: HttpArgs,
+    },
+    /// Describe an image (format, compression, virtual size, cluster size, refused features).
+    Info {
+        /// The image source.
+        source: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        #[command(flatten)]
+        http: HttpArgs,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IMPORTER_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_target(false)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = match e.downcast_ref::<importer::Error>() {
+                Some(ie) => ie.one_line(),
+                None => format!("{e:#}"),
+            };
+            eprintln!("error: {}", msg.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    match cli.cmd {
+        Cmd::Import {
+            source,
+            dest,
+            checksum,
+            size,
+            preallocate,
+            scratch,
+            output,
+            no_progress,
+            http,
+        } => {
+            let req = ImportRequest {
+                source: SourceLocation::parse(&source)?,
+                dest,
+                checksum: checksum
+                    .map(|c| c.parse::<ExpectedChecksum>())
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?,
+                size: size
+                    .map(|s| parse_size(&s))
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?,
+                preallocate,
+                http: http.options()?,
+                scratch,
+            };
+            let progress = Progress::new();
+            let bar = (!no_progress && std::io::stderr().is_terminal())
+                .then(|| spawn_bar(progress.clone()));
+            let handle = rt.handle().clone();
+            let p2 = progress.clone();
+            let result = rt.block_on(async move {
+                tokio::task::spawn_blocking(move || importer::import(&req, &p2, &handle)).await
+            })?;
+            if let Some((stop, t)) = bar {
+                let _ = stop.send(());
+                let _ = t.join();
+            }
+            let report = result?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string(&report)?),
+                Output::Text => println!(
+                    "imported {} ({} compression): virtual size {} bytes, target {} bytes, {} bytes read, {} bytes written in {:.2} s{}",
+                    report.format,
+                    report.compression,
+                    report.virtual_size,
+                    report.target_size,
+                    report.bytes_read,
+                    report.bytes_written,
+                    report.seconds,
+                    report
+                        .checksum
+                        .as_ref()
+                        .map(|c| format!(", checksum {c} verified"))
+                        .unwrap_or_default()
+                ),
+            }
+            Ok(())
+        }
+        Cmd::Info {
+            source,
+            output,
+            http,
+        } => {
+            let loc = SourceLocation::parse(&source)?;
+            let opts = http.options()?;
+            let handle = rt.handle().clone();
+            let report = rt.block_on(async move {
+                tokio::task::spawn_blocking(move || importer::info::info(&loc, &opts, &handle))
+                    .await
+            })??;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string(&report)?),
+                Output::Text => {
+                    let opt = |v: Option<u64>| {
+                        v.map_or_else(|| String::from("unknown"), |v| v.to_string())
+                    };
+                    let yn = |b: bool| if b { "yes" } else { "no" };
+                    println!("format: {}", report.format);
+                    println!("compression: {}", report.compression);
+                    println!("virtual size: {}", opt(report.virtual_size));
+                    println!("cluster size: {}", opt(report.cluster_size));
+                    println!("backing file: {}", yn(report.backing_file));
+                    println!("data file: {}", yn(report.data_file));
+                    println!("encrypted: {}", yn(report.encrypted));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Draws a progress bar on stderr until told to stop.
+fn spawn_bar(progress: Progress) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let bar = indicatif::ProgressBar::new(0);
+        let bytes = indicatif::ProgressStyle::with_template(
+            "{msg:>22} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        let pct =
+            indicatif::ProgressStyle::with_template("{msg:>22} [{bar:30}] {percent}% ETA {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> ");
+        let spin =
+            indicatif::ProgressStyle::with_template("{msg:>22} {spinner} {bytes} {bytes_per_sec}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
+        let mut phase = None;
+        loop {
+            let s = progress.snapshot();
+            if phase != Some(s.phase) {
+                phase = Some(s.phase);
+                bar.reset();
+                bar.set_message(s.phase.label());
+                bar.set_style(match (s.phase, s.total) {
+                    (importer::progress::Phase::Convert, _) => pct.clone(),
+                    (_, Some(_)) => bytes.clone(),
+                    (_, None) => spin.clone(),
+                });
+            }
+            match s.total {
+                Some(t) => {
+                    bar.set_length(t);
+                    bar.set_position(s.done.min(t));
+                }
+                None => bar.set_position(s.done),
+            }
+            if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
+                break;
+            }
+        }
+        bar.finish_and_clear();
+    });
+    (tx, t)
+}

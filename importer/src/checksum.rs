@@ -1,0 +1,249 @@
+//! Checksums of the source bytes as served (`md5|sha1|sha256|sha512:hex`), computed by a tap on the raw
+//! byte stream below decompression.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use md5::Md5;
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha512};
+
+/// A supported checksum algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// MD5 (32 hex digits).
+    Md5,
+    /// SHA-1 (40 hex digits).
+    Sha1,
+    /// SHA-256 (64 hex digits).
+    Sha256,
+    /// SHA-512 (128 hex digits).
+    Sha512,
+}
+
+impl Algorithm {
+    fn name(self) -> &'static str {
+        match self {
+            Algorithm::Md5 => "md5",
+            Algorithm::Sha1 => "sha1",
+            Algorithm::Sha256 => "sha256",
+            Algorithm::Sha512 => "sha512",
+        }
+    }
+
+    fn hex_len(self) -> usize {
+        match self {
+            Algorithm::Md5 => 32,
+            Algorithm::Sha1 => 40,
+            Algorithm::Sha256 => 64,
+            Algorithm::Sha512 => 128,
+        }
+    }
+}
+
+/// An expected checksum, parsed and validated like CDI's webhook does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedChecksum {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Lower-case hex digest.
+    pub hex: String,
+}
+
+impl fmt::Display for ExpectedChecksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.algorithm.name(), self.hex)
+    }
+}
+
+impl FromStr for ExpectedChecksum {
+    type Err = String;
+
+    /// Parses `algorithm:hex`. The algorithm is trimmed and case-insensitive; the hex must have the
+    /// algorithm's length.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (algo, hex) = s
+            .split_once(':')
+            .ok_or_else(|| format!("Invalid checksum format: {s:?}: expected algorithm:hash"))?;
+        let algorithm = match algo.trim().to_ascii_lowercase().as_str() {
+            "md5" => Algorithm::Md5,
+            "sha1" => Algorithm::Sha1,
+            "sha256" => Algorithm::Sha256,
+            "sha512" => Algorithm::Sha512,
+            other => {
+                return Err(format!(
+                    "Invalid checksum format: unsupported algorithm {other:?} (md5, sha1, sha256, sha512)"
+                ));
+            }
+        };
+        let hex = hex.trim().to_ascii_lowercase();
+        if hex.len() != algorithm.hex_len() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "Invalid checksum format: {} needs {} hex digits",
+                algorithm.name(),
+                algorithm.hex_len()
+            ));
+        }
+        Ok(ExpectedChecksum { algorithm, hex })
+    }
+}
+
+enum State {
+    Md5(Md5),
+    Sha1(Sha1),
+    Sha256(Sha256),
+    Sha512(Sha512),
+}
+
+/// An incremental hasher shared between the tap in the stream and the pipeline that finalises it.
+#[derive(Clone)]
+pub struct Hasher {
+    algorithm: Algorithm,
+    state: Arc<Mutex<State>>,
+}
+
+impl Hasher {
+    /// A fresh hasher.
+    pub fn new(algorithm: Algorithm) -> Self {
+        let state = match algorithm {
+            Algorithm::Md5 => State::Md5(Md5::new()),
+            Algorithm::Sha1 => State::Sha1(Sha1::new()),
+            Algorithm::Sha256 => State::Sha256(Sha256::new()),
+            Algorithm::Sha512 => State::Sha512(Sha512::new()),
+        };
+        Hasher {
+            algorithm,
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    /// Feeds bytes.
+    pub fn update(&self, data: &[u8]) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *st {
+            State::Md5(h) => h.update(data),
+            State::Sha1(h) => h.update(data),
+            State::Sha256(h) => h.update(data),
+            State::Sha512(h) => h.update(data),
+        }
+    }
+
+    /// `algorithm:hex` of everything fed so far (the state is left as is).
+    pub fn hex(&self) -> String {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes: Vec<u8> = match &*st {
+            State::Md5(h) => h.clone().finalize().to_vec(),
+            State::Sha1(h) => h.clone().finalize().to_vec(),
+            State::Sha256(h) => h.clone().finalize().to_vec(),
+            State::Sha512(h) => h.clone().finalize().to_vec(),
+        };
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}:{hex}", self.algorithm.name())
+    }
+
+    /// Compares with the expectation, giving CDI's mismatch error.
+    pub fn verify(&self, expected: &ExpectedChecksum) -> crate::Result<String> {
+        let got = self.hex();
+        if got == expected.to_string() {
+            Ok(got)
+        } else {
+            Err(crate::Error::ChecksumMismatch {
+                expected: expected.to_string(),
+                calculated: got,
+            })
+        }
+    }
+}
+
+/// A `Read` tap that feeds every byte read through it to a [`Hasher`].
+pub struct HashingReader<R> {
+    inner: R,
+    hasher: Hasher,
+}
+
+impl<R: Read> HashingReader<R> {
+    /// Wraps `inner`.
+    pub fn new(inner: R, hasher: Hasher) -> Self {
+        HashingReader { inner, hasher }
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse() {
+        let ok: ExpectedChecksum =
+            " SHA256 :E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855"
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.algorithm, Algorithm::Sha256);
+        assert!(ok.hex.starts_with("e3b0"));
+        for bad in [
+            "sha256",
+            "crc32:00",
+            "md5:xyz",
+            "sha1:00",
+            "md5:0123456789abcdef0123456789abcdeg",
+        ] {
+            assert!(bad.parse::<ExpectedChecksum>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn known_digests() {
+        let cases = [
+            (Algorithm::Md5, "md5:900150983cd24fb0d6963f7d28e17f72"),
+            (
+                Algorithm::Sha1,
+                "sha1:a9993e364706816aba3e25717850c26c9cd0d89d",
+            ),
+            (
+                Algorithm::Sha256,
+                "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            ),
+        ];
+        for (a, want) in cases {
+            let h = Hasher::new(a);
+            let mut r = HashingReader::new(&b"abc"[..], h.clone());
+            let mut out = Vec::new();
+            r.read_to_end(&mut out).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(h.hex(), want);
+            assert!(
+                h.verify(&want.parse().unwrap_or_else(|e| panic!("{e}")))
+                    .is_ok()
+            );
+        }
+        let h = Hasher::new(Algorithm::Sha512);
+        h.update(b"abc");
+        assert!(h.hex().starts_with("sha512:ddaf35a193617aba"));
+        let wrong: ExpectedChecksum = format!("md5:{}", "0".repeat(32))
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let h = Hasher::new(Algorithm::Md5);
+        let err = h
+            .verify(&wrong)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with("checksum mismatch: expected md5:000"),
+            "{err}"
+        );
+        assert!(
+            err.contains("calculated md5:d41d8cd98f00b204e9800998ecf8427e"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,115 @@
+//! Image formats. Raw (and ISO) stream straight through; qcow2 is converted natively in one pass
+//! ([`qcow2`]); vmdk, vhd (vpc), vhdx and vdi are delegated to `qemu-img` on a seekable local file
+//! ([`qemu_img`]).
+
+use std::io::Read;
+
+use crate::detect::ImageFormat;
+use crate::sink::Sink;
+use crate::{Error, Result};
+
+pub mod qcow2;
+pub mod qemu_img;
+
+/// A format-level problem with the image.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// A qcow2 problem.
+    #[error(transparent)]
+    Qcow2(#[from] qcow2::Qcow2Error),
+    /// The image uses a feature the importer refuses.
+    #[error("{0}")]
+    Refused(String),
+    /// The image is malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Copies a raw stream into the sink. Fails as soon as data would land at or beyond `limit`.
+/// Returns the image size (bytes read).
+pub fn copy_raw(stream: &mut dyn Read, sink: &mut dyn Sink, limit: Option<u64>) -> Result<u64> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let n = read_full(stream, &mut buf).map_err(|e| crate::pipeline::untag(e, pos))?;
+        if n == 0 {
+            return Ok(pos);
+        }
+        if let Some(l) = limit
+            && pos + n as u64 > l
+        {
+            return Err(Error::DataBeyondTarget {
+                limit: l,
+                offset: pos.max(l),
+            });
+        }
+        sink.write_at(pos, &buf[..n])?;
+        pos += n as u64;
+    }
+}
+
+/// Reads until `buf` is full or the stream ends.
+pub fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// What a format header says without converting (used by `info` and for early size checks).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderInfo {
+    /// Virtual size when the header states it.
+    pub virtual_size: Option<u64>,
+    /// Cluster (grain, block) size when the format has one.
+    pub cluster_size: Option<u64>,
+    /// A backing/parent image is referenced.
+    pub backing_file: bool,
+    /// An external data file is referenced.
+    pub data_file: bool,
+    /// The data is encrypted.
+    pub encrypted: bool,
+}
+
+fn le32(b: &[u8], o: usize) -> Option<u32> {
+    b.get(o..o + 4)?.try_into().ok().map(u32::from_le_bytes)
+}
+fn le64(b: &[u8], o: usize) -> Option<u64> {
+    b.get(o..o + 8)?.try_into().ok().map(u64::from_le_bytes)
+}
+fn be32(b: &[u8], o: usize) -> Option<u32> {
+    b.get(o..o + 4)?.try_into().ok().map(u32::from_be_bytes)
+}
+fn be64(b: &[u8], o: usize) -> Option<u64> {
+    b.get(o..o + 8)?.try_into().ok().map(u64::from_be_bytes)
+}
+
+/// Reads what the first bytes of a non-qcow2 image tell (qcow2 has [`qcow2::Header`]).
+pub fn peek_header(format: ImageFormat, head: &[u8]) -> HeaderInfo {
+    match format {
+        ImageFormat::Vmdk => HeaderInfo {
+            virtual_size: le64(head, 12).map(|s| s.saturating_mul(512)),
+            cluster_size: le64(head, 20).map(|s| s.saturating_mul(512)),
+            ..HeaderInfo::default()
+        },
+        ImageFormat::Vdi => HeaderInfo {
+            virtual_size: le64(head, 0x170),
+            cluster_size: le32(head, 0x178).map(u64::from),
+            backing_file: le32(head, 0x4c) == Some(4), // image type 4 = differencing
+            ..HeaderInfo::default()
+        },
+        ImageFormat::Vpc => HeaderInfo {
+            virtual_size: be64(head, 48),
+            cluster_size: be32(head, 512 + 32).map(u64::from),
+            backing_file: be32(head, 60) == Some(4), // disk type 4 = differencing
+            ..HeaderInfo::default()
+        },
+        _ => HeaderInfo::default(),
+    }
+}

@@ -1,0 +1,670 @@
+//! Single-pass qcow2 → raw conversion over a sequential stream.
+//!
+//! The stream is read in order. The header says where the L1 table is; the L1 table says where the L2
+//! tables are; each L2 table says where its data clusters are. Every such piece is registered as a *want*
+//! (host byte range + what it is). As the stream passes a want's bytes they are consumed: tables are parsed
+//! (registering more wants), data is written to its guest offset, compressed clusters are decoded in
+//! parallel batches. Images written by qemu place each L2 table before the data it maps, so for them
+//! nothing is ever out of order.
+//!
+//! When a want is registered for bytes that already streamed past, they are taken from [`Refetch`]: the
+//! source's positional reads (local file, HTTP Range), or the spill store, which keeps every stream byte
+//! not yet accounted for until the mapping is complete. Unmapped guest ranges are reported to the sink as
+//! zeroes, so every guest byte in `[0, virtual size)` is covered exactly once.
+//!
+//! Bounds: every offset is checked against the header cluster and the image size; table sizes are capped
+//! by the header validation; pending data runs are capped by [`MAX_PENDING`].
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::Qcow2Error;
+use super::header::{ClusterCompression, Header};
+use super::spill::Spill;
+use super::tables::{self, L2Entry, Mapping};
+use crate::detect::ImageFormat;
+use crate::format::FormatError;
+use crate::sink::Sink;
+use crate::source::RandomAccess;
+use crate::{Error, Result};
+
+/// Most data runs that may be registered ahead of the stream (bounds memory on hostile layouts).
+pub const MAX_PENDING: usize = 1 << 18;
+/// Stream read size.
+const CHUNK: usize = 1 << 20;
+/// Decompressed bytes gathered before a parallel decode batch runs.
+const BATCH_BYTES: u64 = 8 << 20;
+
+/// Where bytes that already streamed past come from.
+pub enum Refetch {
+    /// Positional reads of the same bytes (the stream is the source as served, not decompressed).
+    Random(Arc<dyn RandomAccess>),
+    /// Bytes the stream delivered before they were mapped are kept here.
+    Spill(Spill),
+}
+
+/// Statistics of a conversion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConvertStats {
+    /// Bytes consumed from the stream.
+    pub stream_bytes: u64,
+    /// Bytes re-read through positional reads.
+    pub refetched_bytes: u64,
+    /// Bytes kept in the spill store.
+    pub spilled_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    L1,
+    L2 { guest: u64 },
+    RefTable,
+    Data { guest: u64 },
+    Compressed { guest: u64 },
+    Ignore,
+}
+
+#[derive(Debug)]
+struct Want {
+    start: u64,
+    len: u64,
+    kind: Kind,
+    got: u64,
+    buf: Vec<u8>,
+}
+
+impl Want {
+    fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+fn ferr(e: Qcow2Error) -> Error {
+    Error::Format {
+        format: ImageFormat::Qcow2,
+        source: FormatError::Qcow2(e),
+    }
+}
+
+struct Converter<'a> {
+    h: Header,
+    cs: u64,
+    file_size: Option<u64>,
+    sink: &'a mut dyn Sink,
+    refetch: Refetch,
+    future: BTreeMap<u64, Vec<Want>>,
+    future_count: usize,
+    active: Vec<Want>,
+    completed: Vec<Want>,
+    /// Start of the bytes currently in memory; everything below it streamed past.
+    horizon: u64,
+    l1_done: bool,
+    pending_l2: usize,
+    /// Wants other than `Ignore` registered and not yet finished.
+    open_real: usize,
+    batch: Vec<(u64, u64, Vec<u8>)>, // (guest, host offset, compressed bytes)
+    batch_bytes: u64,
+    zero_run: Option<(u64, u64)>,
+    stats: ConvertStats,
+}
+
+/// Converts the qcow2 image read from `stream` (from offset 0; `header` parsed from its first bytes) into
+/// `sink`, covering `[0, virtual size)`. With `read_all` the stream is read to its end even after all
+/// mapped data has been seen (needed when the caller hashes it).
+pub fn convert(
+    header: Header,
+    stream: &mut dyn Read,
+    file_size: Option<u64>,
+    refetch: Refetch,
+    sink: &mut dyn Sink,
+    read_all: bool,
+) -> Result<ConvertStats> {
+    if let Some(r) = header.refusal() {
+        return Err(ferr(r));
+    }
+    let cs = header.cluster_size();
+    let mut c = Converter {
+        cs,
+        file_size,
+        sink,
+        refetch,
+        future: BTreeMap::new(),
+        future_count: 0,
+        active: Vec::new(),
+        completed: Vec::new(),
+        horizon: 0,
+        l1_done: false,
+        pending_l2: 0,
+        open_real: 0,
+        batch: Vec::new(),
+        batch_bytes: 0,
+        zero_run: None,
+        stats: ConvertStats::default(),
+        h: header,
+    };
+    c.add(Want {
+        start: 0,
+        len: cs,
+        kind: Kind::Ignore,
+        got: 0,
+        buf: Vec::new(),
+    })?;
+    if c.h.l1_size > 0 {
+        c.add(Want {
+            start: c.h.l1_table_offset,
+            len: u64::from(c.h.l1_size) * 8,
+            kind: Kind::L1,
+            got: 0,
+            buf: Vec::new(),
+        })?;
+    } else {
+        c.l1_done = true;
+        c.zero(0, c.h.virtual_size)?;
+    }
+    let rt_len = u64::from(c.h.refcount_table_clusters) * cs;
+    if rt_len > 0 {
+        c.add(Want {
+            start: c.h.refcount_table_offset,
+            len: rt_len,
+            kind: Kind::RefTable,
+            got: 0,
+            buf: Vec::new(),
+        })?;
+    }
+    c.run(stream, read_all)?;
+    c.flush_zero()?;
+    Ok(c.stats)
+}
+
+impl Converter<'_> {
+    fn mapping_complete(&self) -> bool {
+        self.l1_done && self.pending_l2 == 0
+    }
+
+    fn nothing_left(&self) -> bool {
+        self.mapping_complete() && self.open_real == 0
+    }
+
+    fn run(&mut self, stream: &mut dyn Read, read_all: bool) -> Result<()> {
+        let mut chunk = vec![0u8; CHUNK];
+        let mut pos = 0u64;
+        loop {
+            if !read_all && self.nothing_left() {
+                break;
+            }
+            let n = read_full(stream, &mut chunk).map_err(|e| crate::pipeline::untag(e, pos))?;
+            if n == 0 {
+                break;
+            }
+            self.process(pos, &chunk[..n])?;
+            pos += n as u64;
+            self.horizon = pos;
+            self.stats.stream_bytes = pos;
+        }
+        self.at_end(pos)?;
+        self.flush_batch()
+    }
+
+    /// Registers a want; bytes that already streamed past are fetched now.
+    fn add(&mut self, mut w: Want) -> Result<()> {
+        if w.len == 0 {
+            return Ok(());
+        }
+        if w.kind != Kind::Ignore {
+            self.open_real += 1;
+        }
+        if w.start < self.horizon {
+            let past_end = w.end().min(self.horizon);
+            self.fetch_past(&mut w, past_end)?;
+            if w.got == w.len {
+                self.completed.push(w);
+                return Ok(());
+            }
+        }
+        if self.future_count >= MAX_PENDING {
+            return Err(ferr(Qcow2Error::TooManyPending { limit: MAX_PENDING }));
+        }
+        self.future_count += 1;
+        self.future.entry(w.start).or_default().push(w);
+        Ok(())
+    }
+
+    /// Fills `[w.start, past_end)` of a want from the refetch source.
+    fn fetch_past(&mut self, w: &mut Want, past_end: u64) -> Result<()> {
+        if w.kind == Kind::Ignore {
+            w.got = past_end - w.start;
+            return Ok(());
+        }
+        let mut pos = w.start;
+        let mut buf = vec![0u8; ((past_end - pos) as usize).min(CHUNK)];
+        while pos < past_end {
+            let n = ((past_end - pos) as usize).min(buf.len());
+            let piece = &mut buf[..n];
+            match &self.refetch {
+                Refetch::Random(ra) => {
+                    ra.read_at(pos, piece)
+                        .map_err(|e| crate::pipeline::untag(e, pos))?;
+                    self.stats.refetched_bytes += n as u64;
+                }
+                Refetch::Spill(s) => {
+                    if !s.get(pos, piece).map_err(|source| Error::SourceRead {
+                        offset: pos,
+                        source,
+                    })? {
+                        return Err(ferr(Qcow2Error::NeedsRereading { offset: pos }));
+                    }
+                }
+            }
+            self.consume(w, pos, &buf[..n])?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Feeds bytes at host offset `at` (inside the want, at its current position) to a want.
+    fn consume(&mut self, w: &mut Want, at: u64, data: &[u8]) -> Result<()> {
+        debug_assert_eq!(at, w.start + w.got);
+        match w.kind {
+            Kind::Data { guest } => self.write_guest(guest + (at - w.start), data)?,
+            Kind::Ignore => {}
+            _ => w.buf.extend_from_slice(data),
+        }
+        w.got += data.len() as u64;
+        Ok(())
+    }
+
+    fn process(&mut self, c: u64, data: &[u8]) -> Result<()> {
+        let end = c + data.len() as u64;
+        let mut covered: Vec<(u64, u64)> = Vec::new();
+        loop {
+            // Wants that start in this chunk become active.
+            let later = self.future.split_off(&end);
+            let starting = std::mem::replace(&mut self.future, later);
+            for (_, ws) in starting {
+                self.future_count -= ws.len();
+                self.active.extend(ws);
+            }
+            let mut i = 0;
+            while i < self.active.len() {
+                let (from, to) = {
+                    let w = &self.active[i];
+                    (c.max(w.start + w.got), end.min(w.end()))
+                };
+                if from < to {
+                    covered.push((from, to));
+                    let mut w = self.active.swap_remove(i);
+                    self.consume(&mut w, from, &data[(from - c) as usize..(to - c) as usize])?;
+                    self.active.push(w);
+                    let last = self.active.len() - 1;
+                    self.active.swap(i, last);
+                }
+                if self.active[i].got == self.active[i].len {
+                    let w = self.active.swap_remove(i);
+                    self.completed.push(w);
+                } else {
+                    i += 1;
+                }
+            }
+            if self.completed.is_empty() {
+                break;
+            }
+            while let Some(w) = self.completed.pop() {
+                self.finish(w)?;
+            }
+        }
+        if let Refetch::Spill(_) = self.refetch
+            && !self.mapping_complete()
+        {
+            covered.sort_unstable();
+            let mut at = c;
+            let mut pieces = Vec::new();
+            for (f, t) in covered {
+                if f > at {
+                    pieces.push((at, f));
+                }
+                at = at.max(t);
+            }
+            if at < end {
+                pieces.push((at, end));
+            }
+            if let Refetch::Spill(s) = &mut self.refetch {
+                for (f, t) in pieces {
+                    s.put(f, &data[(f - c) as usize..(t - c) as usize])?;
+                    self.stats.spilled_bytes += t - f;
+                }
+            }
+        }
+        if self.batch_bytes >= BATCH_BYTES {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    fn at_end(&mut self, eof: u64) -> Result<()> {
+        let mut leftovers: Vec<Want> = std::mem::take(&mut self.active);
+        for (_, ws) in std::mem::take(&mut self.future) {
+            leftovers.extend(ws);
+        }
+        self.future_count = 0;
+        for mut w in leftovers {
+            match w.kind {
+                Kind::Ignore | Kind::RefTable => {}
+                Kind::Compressed { .. } if w.start < eof => {
+                    // The last compressed cluster's sectors may run past the end of the file.
+                    w.buf.resize(w.len as usize, 0);
+                    w.got = w.len;
+                    self.finish(w)?;
+                    while let Some(w) = self.completed.pop() {
+                        self.finish(w)?;
+                    }
+                }
+                _ => {
+                    let what = match w.kind {
+                        Kind::L1 => "L1 table",
+                        Kind::L2 { .. } => "L2 table",
+                        Kind::Compressed { .. } => "compressed cluster",
+                        _ => "data cluster",
+                    };
+                    return Err(ferr(if w.start + w.got > w.start || w.start < eof {
+                        Qcow2Error::Truncated {
+                            what,
+                            offset: w.start,
+                            needed: w.len,
+                            available: eof.saturating_sub(w.start),
+                        }
+                    } else {
+                        Qcow2Error::BeyondEnd {
+                            what,
+                            offset: w.start,
+                            file_size: eof,
+                        }
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_in_file(&self, what: &'static str, offset: u64, len: u64) -> Result<()> {
+        if offset < self.cs {
+            return Err(ferr(Qcow2Error::IntoHeader { what, offset }));
+        }
+        if let Some(fs) = self.file_size
+            && offset.saturating_add(len) > fs
+        {
+            return Err(ferr(Qcow2Error::BeyondEnd {
+                what,
+                offset,
+                file_size: fs,
+            }));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, w: Want) -> Result<()> {
+        if w.kind != Kind::Ignore {
+            self.open_real -= 1;
+        }
+        match w.kind {
+            Kind::Data { .. } | Kind::Ignore => Ok(()),
+            Kind::L1 => {
+                self.l1_done = true;
+                let bpl2 = self.h.bytes_per_l2();
+                for (i, e) in w.buf.chunks_exact(8).enumerate() {
+                    let guest = i as u64 * bpl2;
+                    if guest >= self.h.virtual_size {
+                        break;
+                    }
+                    let raw = u64::from_be_bytes(e.try_into().unwrap_or([0; 8]));
+                    match tables::l1_entry(&self.h, raw).map_err(ferr)? {
+                        None => self.zero(guest, bpl2)?,
+                        Some(off) => {
+                            self.check_in_file("L2 table", off, self.cs)?;
+                            self.pending_l2 += 1;
+                            self.add(Want {
+                                start: off,
+                                len: self.cs,
+                                kind: Kind::L2 { guest },
+                                got: 0,
+                                buf: Vec::new(),
+                            })?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Kind::L2 { guest } => {
+                self.pending_l2 -= 1;
+                self.parse_l2(guest, &w.buf)
+            }
+            Kind::RefTable => {
+                for e in w.buf.chunks_exact(8) {
+                    let off = u64::from_be_bytes(e.try_into().unwrap_or([0; 8])) & !0x1ff;
+                    if off >= self.cs
+                        && off.is_multiple_of(self.cs)
+                        && self.file_size.is_none_or(|fs| off + self.cs <= fs)
+                    {
+                        self.add(Want {
+                            start: off,
+                            len: self.cs,
+                            kind: Kind::Ignore,
+                            got: 0,
+                            buf: Vec::new(),
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+            Kind::Compressed { guest } => {
+                self.batch_bytes += self.cs;
+                self.batch.push((guest, w.start, w.buf));
+                Ok(())
+            }
+        }
+    }
+
+    fn parse_l2(&mut self, base: u64, table: &[u8]) -> Result<()> {
+        let eb = self.h.l2_entry_bytes() as usize;
+        let cs = self.cs;
+        let mut run: Option<(u64, u64, u64)> = None; // (host, guest, len) of contiguous data
+        for (j, e) in table.chunks_exact(eb).enumerate() {
+            let guest = base + j as u64 * cs;
+            if guest >= self.h.virtual_size {
+                break;
+            }
+            let raw = u64::from_be_bytes(e[0..8].try_into().unwrap_or([0; 8]));
+            let bitmap = if eb == 16 {
+                u64::from_be_bytes(e[8..16].try_into().unwrap_or([0; 8]))
+            } else {
+                0
+            };
+            let entry = tables::l2_entry(&self.h, raw, bitmap).map_err(ferr)?;
+            let pieces: Vec<(u64, u64, Mapping)> = match entry {
+                L2Entry::Cluster(m) => vec![(guest, cs, m)],
+                L2Entry::Subclusters(subs) => {
+                    let sc = cs / 32;
+                    subs.iter()
+                        .enumerate()
+                        .map(|(i, m)| (guest + i as u64 * sc, sc, *m))
+                        .collect()
+                }
+            };
+            for (g, len, m) in pieces {
+                match m {
+                    Mapping::Zero => {
+                        self.flush_run(&mut run)?;
+                        self.zero(g, len)?;
+                    }
+                    Mapping::Data(host) => {
+                        self.check_in_file("data cluster", host, len)?;
+                        match &mut run {
+                            Some((h, rg, l)) if *h + *l == host && *rg + *l == g => *l += len,
+                            _ => {
+                                self.flush_run(&mut run)?;
+                                run = Some((host, g, len));
+                            }
+                        }
+                    }
+                    Mapping::Compressed { offset, len: clen } => {
+                        self.flush_run(&mut run)?;
+                        if let Some(fs) = self.file_size
+                            && offset >= fs
+                        {
+                            return Err(ferr(Qcow2Error::BeyondEnd {
+                                what: "compressed cluster",
+                                offset,
+                                file_size: fs,
+                            }));
+                        }
+                        let clen = match self.file_size {
+                            Some(fs) => clen.min(fs - offset),
+                            None => clen,
+                        };
+                        self.flush_zero()?;
+                        self.add(Want {
+                            start: offset,
+                            len: clen,
+                            kind: Kind::Compressed { guest: g },
+                            got: 0,
+                            buf: Vec::new(),
+                        })?;
+                    }
+                }
+            }
+        }
+        self.flush_run(&mut run)
+    }
+
+    fn flush_run(&mut self, run: &mut Option<(u64, u64, u64)>) -> Result<()> {
+        if let Some((host, guest, len)) = run.take() {
+            self.flush_zero()?;
+            self.add(Want {
+                start: host,
+                len,
+                kind: Kind::Data { guest },
+                got: 0,
+                buf: Vec::new(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes data at a guest offset, clipped to the virtual size.
+    fn write_guest(&mut self, guest: u64, data: &[u8]) -> Result<()> {
+        let vs = self.h.virtual_size;
+        if guest >= vs {
+            return Ok(());
+        }
+        let n = ((vs - guest) as usize).min(data.len());
+        self.sink.write_at(guest, &data[..n])
+    }
+
+    /// Records a zero range (clipped to the virtual size), coalescing with the previous one.
+    fn zero(&mut self, guest: u64, len: u64) -> Result<()> {
+        let vs = self.h.virtual_size;
+        if guest >= vs {
+            return Ok(());
+        }
+        let len = len.min(vs - guest);
+        match &mut self.zero_run {
+            Some((g, l)) if *g + *l == guest => *l += len,
+            _ => {
+                self.flush_zero()?;
+                self.zero_run = Some((guest, len));
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_zero(&mut self) -> Result<()> {
+        if let Some((g, l)) = self.zero_run.take() {
+            self.sink.write_zeroes(g, l)?;
+        }
+        Ok(())
+    }
+
+    fn flush_batch(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.batch_bytes = 0;
+        let cs = self.cs as usize;
+        let comp = self.h.compression;
+        let decoded: Vec<std::result::Result<Vec<u8>, Qcow2Error>> = batch
+            .par_iter()
+            .map(|(_, host, data)| {
+                decompress_cluster(comp, data, cs).map_err(|reason| {
+                    Qcow2Error::BadCompressedCluster {
+                        offset: *host,
+                        reason,
+                    }
+                })
+            })
+            .collect();
+        for ((guest, _, _), out) in batch.iter().zip(decoded) {
+            let out = out.map_err(ferr)?;
+            self.write_guest(*guest, &out)?;
+        }
+        Ok(())
+    }
+}
+
+/// Decodes one compressed cluster; the output must be exactly `cs` bytes (trailing input is sector padding).
+pub fn decompress_cluster(
+    comp: ClusterCompression,
+    input: &[u8],
+    cs: usize,
+) -> std::result::Result<Vec<u8>, String> {
+    let mut out = vec![0u8; cs];
+    match comp {
+        ClusterCompression::Zlib => {
+            let mut d = flate2::Decompress::new(false);
+            match d.decompress(input, &mut out, flate2::FlushDecompress::Finish) {
+                Ok(_) if d.total_out() as usize == cs => Ok(out),
+                Ok(_) => Err(format!("deflate produced {} of {cs} bytes", d.total_out())),
+                Err(e) => Err(format!("deflate: {e}")),
+            }
+        }
+        ClusterCompression::Zstd => {
+            use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+            let mut d = Decoder::new().map_err(|e| format!("zstd: {e}"))?;
+            let mut inb = InBuffer::around(input);
+            let mut outb = OutBuffer::around(&mut out[..]);
+            while outb.pos() < cs {
+                let before = (inb.pos, outb.pos());
+                let hint = d
+                    .run(&mut inb, &mut outb)
+                    .map_err(|e| format!("zstd: {e}"))?;
+                if (inb.pos, outb.pos()) == before
+                    || (hint == 0 && outb.pos() < cs && inb.pos >= input.len())
+                {
+                    break;
+                }
+            }
+            let got = outb.pos();
+            if got == cs {
+                Ok(out)
+            } else {
+                Err(format!("zstd produced {got} of {cs} bytes"))
+            }
+        }
+    }
+}
+
+/// Reads until `buf` is full or the stream ends.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,225 @@
+//! Delegation to `qemu-img` for vmdk, vhd (vpc), vhdx and vdi. qemu-img needs a seekable local file: the
+//! source itself when it is an uncompressed local file, else a spooled copy in the scratch directory.
+//!
+//! Safety: the format is always passed explicitly (`-f`, never probed), and `qemu-img info` runs first so
+//! images that reference other files (backing/parent images, vmdk extents elsewhere) are refused before
+//! qemu-img would open them.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde::Deserialize;
+
+use super::FormatError;
+use crate::detect::ImageFormat;
+use crate::progress::Progress;
+use crate::{Error, Result};
+
+fn qemu_img() -> String {
+    std::env::var("QEMU_IMG").unwrap_or_else(|_| String::from("qemu-img"))
+}
+
+#[derive(Debug, Deserialize)]
+struct RawInfo {
+    #[serde(rename = "virtual-size")]
+    virtual_size: u64,
+    #[serde(rename = "cluster-size")]
+    cluster_size: Option<u64>,
+    #[serde(rename = "backing-filename")]
+    backing_filename: Option<String>,
+    encrypted: Option<bool>,
+    #[serde(rename = "format-specific")]
+    format_specific: Option<serde_json::Value>,
+}
+
+/// What `qemu-img info` says about a local image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QemuInfo {
+    /// Virtual size in bytes.
+    pub virtual_size: u64,
+    /// Cluster size, when the format has one.
+    pub cluster_size: Option<u64>,
+    /// Backing/parent file name.
+    pub backing_file: Option<String>,
+    /// Whether qemu-img reports encryption.
+    pub encrypted: bool,
+    /// Extent file names (vmdk).
+    pub extents: Vec<String>,
+}
+
+/// Runs `qemu-img info -f FORMAT --output=json PATH`.
+pub fn info(path: &Path, format: ImageFormat) -> Result<QemuInfo> {
+    let out = Command::new(qemu_img())
+        .args(["info", "-U", "-f", format.qemu_name(), "--output=json"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::QemuImg {
+            operation: "info",
+            message: format!("cannot run qemu-img: {e}"),
+        })?;
+    if !out.status.success() {
+        return Err(Error::QemuImg {
+            operation: "info",
+            message: first_lines(&out.stderr),
+        });
+    }
+    let raw: RawInfo = serde_json::from_slice(&out.stdout).map_err(|e| Error::QemuImg {
+        operation: "info",
+        message: format!("unexpected output: {e}"),
+    })?;
+    let extents = raw
+        .format_specific
+        .as_ref()
+        .and_then(|v| v.pointer("/data/extents"))
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e.get("filename").and_then(|f| f.as_str()).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(QemuInfo {
+        virtual_size: raw.virtual_size,
+        cluster_size: raw.cluster_size,
+        backing_file: raw.backing_filename,
+        encrypted: raw.encrypted.unwrap_or(false),
+        extents,
+    })
+}
+
+/// Refuses images that reference other files or are encrypted.
+pub fn check_safe(path: &Path, format: ImageFormat, info: &QemuInfo) -> Result<()> {
+    let refuse = |m: String| {
+        Err(Error::Format {
+            format,
+            source: FormatError::Refused(m),
+        })
+    };
+    if let Some(b) = &info.backing_file {
+        return refuse(format!(
+            "the image has a backing file {b:?}; images with backing files are refused"
+        ));
+    }
+    if info.encrypted {
+        return refuse(String::from(
+            "the image is encrypted; encrypted images are refused",
+        ));
+    }
+    let me = path.to_string_lossy();
+    if let Some(other) = info.extents.iter().find(|e| e.as_str() != me) {
+        return refuse(format!(
+            "the image references another file {other:?}; multi-file images are refused"
+        ));
+    }
+    Ok(())
+}
+
+/// Converts `src` to raw into `dest` (which exists: a fresh empty file or a block device), reporting
+/// progress from `qemu-img -p`.
+pub fn convert(
+    src: &Path,
+    format: ImageFormat,
+    dest: &Path,
+    dest_is_fresh_file: bool,
+    progress: &Progress,
+) -> Result<()> {
+    let mut cmd = Command::new(qemu_img());
+    cmd.args([
+        "convert",
+        "-p",
+        "-U",
+        "-n",
+        "-f",
+        format.qemu_name(),
+        "-O",
+        "raw",
+        "-t",
+        "writeback",
+    ]);
+    if dest_is_fresh_file {
+        cmd.arg("--target-is-zero");
+    }
+    let mut child = cmd
+        .arg(src)
+        .arg(dest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::QemuImg {
+            operation: "convert",
+            message: format!("cannot run qemu-img: {e}"),
+        })?;
+    let stderr = child.stderr.take();
+    let err_thread = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(mut e) = stderr {
+            let _ = e.read_to_end(&mut s);
+        }
+        s
+    });
+    if let Some(mut out) = child.stdout.take() {
+        let mut buf = [0u8; 256];
+        let mut line = Vec::new();
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            for &b in &buf[..n] {
+                if b == b'\r' || b == b'\n' {
+                    if let Some(p) = parse_progress(&String::from_utf8_lossy(&line)) {
+                        progress.set_total(Some(10_000));
+                        progress.set_done((p * 100.0) as u64);
+                    }
+                    line.clear();
+                } else {
+                    line.push(b);
+                }
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| Error::QemuImg {
+        operation: "convert",
+        message: format!("waiting for qemu-img: {e}"),
+    })?;
+    let stderr = err_thread.join().unwrap_or_default();
+    if !status.success() {
+        return Err(Error::QemuImg {
+            operation: "convert",
+            message: first_lines(&stderr),
+        });
+    }
+    Ok(())
+}
+
+/// Parses qemu-img's `    (12.34/100%)` progress output.
+pub fn parse_progress(line: &str) -> Option<f64> {
+    let inner = line.trim().strip_prefix('(')?.strip_suffix(")")?;
+    let (pct, rest) = inner.split_once('/')?;
+    (rest == "100%").then_some(())?;
+    pct.trim().parse().ok()
+}
+
+fn first_lines(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let mut out: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).take(3).collect();
+    if out.is_empty() {
+        out.push("failed without a message");
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines() {
+        assert_eq!(parse_progress("    (45.67/100%)"), Some(45.67));
+        assert_eq!(parse_progress("(100.00/100%)"), Some(100.0));
+        assert_eq!(parse_progress("(1/2)"), None);
+        assert_eq!(parse_progress("garbage"), None);
+    }
+}

@@ -1,0 +1,98 @@
+//! `importer info`: what an image is, like `qemu-img info`, without converting it. Reads only the first
+//! bytes of the (decompressed) stream; refused features are reported, not refused.
+
+use serde::Serialize;
+
+use crate::detect::ImageFormat;
+use crate::format::qcow2::Header;
+use crate::format::qcow2::header::Encryption;
+use crate::format::{FormatError, HeaderInfo, peek_header, qemu_img};
+use crate::pipeline::probe;
+use crate::progress::Progress;
+use crate::source::{HttpOptions, SourceLocation};
+use crate::{Error, Result};
+
+/// What `info` reports.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct InfoReport {
+    /// Detected format.
+    pub format: ImageFormat,
+    /// Compression wrappers, outermost first, `+`-joined, or `none`.
+    pub compression: String,
+    /// Virtual size, when it can be known without decompressing everything.
+    pub virtual_size: Option<u64>,
+    /// Cluster/grain/block size, when the format has one.
+    pub cluster_size: Option<u64>,
+    /// A backing/parent image is referenced.
+    pub backing_file: bool,
+    /// An external data file is referenced.
+    pub data_file: bool,
+    /// The image is encrypted.
+    pub encrypted: bool,
+    /// Size of the source as served, when known.
+    pub source_size: Option<u64>,
+}
+
+/// Inspects `location`. Must run on a blocking thread inside the runtime of `rt`.
+pub fn info(
+    location: &SourceLocation,
+    http: &HttpOptions,
+    rt: &tokio::runtime::Handle,
+) -> Result<InfoReport> {
+    let p = probe(location, http, rt, &Progress::new(), None)?;
+    let compressed = !p.compressions.is_empty();
+    let compression = if compressed {
+        p.compressions
+            .iter()
+            .map(|c| c.name())
+            .collect::<Vec<_>>()
+            .join("+")
+    } else {
+        String::from("none")
+    };
+    let hi = match p.format {
+        ImageFormat::Qcow2 => {
+            let h =
+                Header::parse(&p.head, if compressed { None } else { p.size }).map_err(|e| {
+                    Error::Format {
+                        format: ImageFormat::Qcow2,
+                        source: FormatError::Qcow2(e),
+                    }
+                })?;
+            HeaderInfo {
+                virtual_size: Some(h.virtual_size),
+                cluster_size: Some(h.cluster_size()),
+                backing_file: h.backing_file.is_some(),
+                data_file: h.data_file,
+                encrypted: h.encryption != Encryption::None,
+            }
+        }
+        ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Tar => HeaderInfo {
+            virtual_size: if compressed { None } else { p.size },
+            ..HeaderInfo::default()
+        },
+        f => match (&p.local_path, compressed) {
+            (Some(path), false) => {
+                let qi = qemu_img::info(path, f)?;
+                HeaderInfo {
+                    virtual_size: Some(qi.virtual_size),
+                    cluster_size: qi.cluster_size,
+                    backing_file: qi.backing_file.is_some(),
+                    data_file: false,
+                    encrypted: qi.encrypted,
+                }
+            }
+            _ => peek_header(f, &p.head),
+        },
+    };
+    Ok(InfoReport {
+        format: p.format,
+        compression,
+        virtual_size: hi.virtual_size,
+        cluster_size: hi.cluster_size,
+        backing_file: hi.backing_file,
+        data_file: hi.data_file,
+        encrypted: hi.encrypted,
+        source_size: p.size,
+    })
+}

@@ -1,0 +1,441 @@
+//! Executes an import: probe (open, sniff) → [`plan`](crate::plan::plan) (pure) → execute (stream into the
+//! sink) → verify the checksum → finish the sink. On any failure the sink is aborted (a file target is
+//! removed) and scratch files are deleted.
+//!
+//! ```text
+//! source ─► count (progress) ─► hash (checksum) ─► decompress* ─► format ─► sink (sparse, fsync)
+//! ```
+
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::checksum::{ExpectedChecksum, Hasher, HashingReader};
+use crate::decompress::{self, BoxRead, MAX_NESTING};
+use crate::detect::{Compression, DETECT_LEN, ImageFormat};
+use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
+use crate::format::{self, FormatError, qemu_img};
+use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan};
+use crate::progress::{CountingReader, Phase, Progress};
+use crate::sink::{self, Sink};
+use crate::source::{self, HttpOptions, OpenedSource, SourceLocation};
+use crate::{Error, Result};
+
+/// A validated import request: the only input of [`import`].
+#[derive(Debug, Clone)]
+pub struct ImportRequest {
+    /// Where the image comes from.
+    pub source: SourceLocation,
+    /// The target file or block device.
+    pub dest: PathBuf,
+    /// Expected checksum of the source bytes as served.
+    pub checksum: Option<ExpectedChecksum>,
+    /// Final size (the image is grown with zeroes to it; smaller than the image is an error).
+    pub size: Option<u64>,
+    /// Allocate the whole target.
+    pub preallocate: bool,
+    /// HTTP settings.
+    pub http: HttpOptions,
+    /// Scratch directory for formats/sources that need one.
+    pub scratch: Option<PathBuf>,
+}
+
+/// The result of a successful import.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportReport {
+    /// Detected format.
+    pub format: ImageFormat,
+    /// Compression wrappers, outermost first, `+`-joined; `none` without.
+    pub compression: String,
+    /// Virtual size of the image.
+    pub virtual_size: u64,
+    /// Final size of the target.
+    pub target_size: u64,
+    /// Bytes read from the source (stream and ranged reads).
+    pub bytes_read: u64,
+    /// Non-zero bytes written to the target.
+    pub bytes_written: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// `algo:hex` of the source bytes, when a checksum was requested.
+    pub checksum: Option<String>,
+    /// Whether the target was preallocated.
+    pub preallocated: bool,
+    /// How the import ran (see [`Plan::name`]).
+    pub strategy: &'static str,
+}
+
+/// Wraps `e` so it survives a trip through `io::Read` layers; [`untag`] recovers it.
+pub fn tag(e: Error) -> io::Error {
+    io::Error::other(e)
+}
+
+/// Recovers an [`Error`] carried in an `io::Error` by [`tag`]; anything else becomes a source read error.
+pub fn untag(e: io::Error, offset: u64) -> Error {
+    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
+        if let Some(inner) = e.into_inner()
+            && let Ok(err) = inner.downcast::<Error>()
+        {
+            return *err;
+        }
+        return Error::SourceRead {
+            offset,
+            source: io::Error::other("lost error"),
+        };
+    }
+    Error::SourceRead { offset, source: e }
+}
+
+/// Maps untagged errors of the inner reader with `f`.
+struct Tagger<R, F> {
+    inner: R,
+    pos: u64,
+    f: F,
+}
+
+impl<R: Read, F: FnMut(io::Error, u64) -> Error> Read for Tagger<R, F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.pos += n as u64;
+                Ok(n)
+            }
+            Err(e) if e.get_ref().is_some_and(|i| i.is::<Error>()) => Err(e),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(e),
+            Err(e) => Err(tag((self.f)(e, self.pos))),
+        }
+    }
+}
+
+/// Reads up to `n` bytes ahead and returns them together with a stream that still yields them.
+fn peek(mut r: BoxRead, n: usize) -> io::Result<(Vec<u8>, BoxRead)> {
+    let mut head = vec![0u8; n];
+    let got = format::read_full(&mut r, &mut head)?;
+    head.truncate(got);
+    let chained: BoxRead = Box::new(io::Cursor::new(head.clone()).chain(r));
+    Ok((head, chained))
+}
+
+/// The stream after sniffing: decompressed, with its first bytes known.
+pub struct Probed {
+    /// The opened source (its stream has moved into `stream`).
+    pub size: Option<u64>,
+    /// Positional reads of the source.
+    pub random_access: Option<std::sync::Arc<dyn source::RandomAccess>>,
+    /// Local path of the source.
+    pub local_path: Option<PathBuf>,
+    /// Compression wrappers, outermost first.
+    pub compressions: Vec<Compression>,
+    /// Format of the innermost stream.
+    pub format: ImageFormat,
+    /// The first bytes of the innermost stream (up to 64 KiB).
+    pub head: Vec<u8>,
+    /// The innermost stream from offset 0.
+    pub stream: BoxRead,
+}
+
+/// Bytes peeked from the innermost stream: a qcow2 header cluster or the ISO signature fit.
+const HEAD_LEN: usize = 64 << 10;
+
+/// Opens the source and sniffs compression wrappers and the format. `hasher` taps the bytes as served.
+pub fn probe(
+    location: &SourceLocation,
+    http: &HttpOptions,
+    rt: &tokio::runtime::Handle,
+    progress: &Progress,
+    hasher: Option<&Hasher>,
+) -> Result<Probed> {
+    let OpenedSource {
+        stream,
+        size,
+        random_access,
+        local_path,
+    } = source::open(location, http, rt)?;
+    let loc = location.clone();
+    let counted = CountingReader::new(stream, progress.clone());
+    let raw: BoxRead = match hasher {
+        Some(h) => Box::new(HashingReader::new(counted, h.clone())),
+        None => Box::new(counted),
+    };
+    let mut stream: BoxRead = Box::new(Tagger {
+        inner: raw,
+        pos: 0,
+        f: move |e: io::Error, offset| match &loc {
+            SourceLocation::Http(u) => Error::Http {
+                url: u.to_string(),
+                message: format!("transfer failed at byte {offset}: {e}"),
+            },
+            SourceLocation::File(_) => Error::SourceRead { offset, source: e },
+        },
+    });
+    let mut compressions = Vec::new();
+    loop {
+        let (head, s) = peek(stream, DETECT_LEN).map_err(|e| untag(e, 0))?;
+        stream = s;
+        match Compression::detect(&head) {
+            Some(c) if compressions.len() < MAX_NESTING && !compressions.contains(&c) => {
+                compressions.push(c);
+                let inner = decompress::wrap(c, stream).map_err(|source| Error::Decompress {
+                    compression: c,
+                    source,
+                })?;
+                stream = Box::new(Tagger {
+                    inner,
+                    pos: 0,
+                    f: move |source, _| Error::Decompress {
+                        compression: c,
+                        source,
+                    },
+                });
+            }
+            _ => break,
+        }
+    }
+    let (head, stream) = peek(stream, HEAD_LEN).map_err(|e| untag(e, 0))?;
+    let mut format = ImageFormat::detect(&head);
+    if format == ImageFormat::Raw && ImageFormat::is_iso(&head) {
+        format = ImageFormat::Iso;
+    }
+    Ok(Probed {
+        size,
+        random_access,
+        local_path,
+        compressions,
+        format,
+        head,
+        stream,
+    })
+}
+
+fn compression_name(c: &[Compression]) -> String {
+    if c.is_empty() {
+        String::from("none")
+    } else {
+        c.iter().map(|c| c.name()).collect::<Vec<_>>().join("+")
+    }
+}
+
+/// Runs an import. Must be called from a blocking thread inside a Tokio runtime whose handle is `rt`.
+pub fn import(
+    req: &ImportRequest,
+    progress: &Progress,
+    rt: &tokio::runtime::Handle,
+) -> Result<ImportReport> {
+    let started = Instant::now();
+    let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
+    let probed = probe(&req.source, &req.http, rt, progress, hasher.as_ref())?;
+    let plan = plan::plan(Probe {
+        format: probed.format,
+        compressed: !probed.compressions.is_empty(),
+        random_access: probed.random_access.is_some(),
+        local_file: probed.local_path.is_some(),
+        scratch: req.scratch.is_some(),
+    })?;
+    if let Some(dir) = &req.scratch
+        && matches!(
+            plan,
+            Plan::Qcow2 {
+                refetch: RefetchPlan::ScratchSpill
+            } | Plan::QemuImg {
+                input: DelegateInput::Spool
+            }
+        )
+        && !dir.is_dir()
+    {
+        return Err(Error::Scratch {
+            path: dir.clone(),
+            source: io::Error::new(io::ErrorKind::NotFound, "scratch directory does not exist"),
+        });
+    }
+    tracing::info!(format = %probed.format, compression = %compression_name(&probed.compressions), strategy = plan.name(), "probed source");
+    let mut sink = sink::open(&req.dest, req.preallocate)?;
+    let compression = compression_name(&probed.compressions);
+    let format = probed.format;
+    match execute(req, plan, probed, sink.as_mut(), progress, hasher.as_ref()) {
+        Ok((virtual_size, target_size)) => {
+            let checksum = match (&hasher, &req.checksum) {
+                (Some(h), Some(want)) => match h.verify(want) {
+                    Ok(got) => Some(got),
+                    Err(e) => {
+                        sink.abort();
+                        return Err(e);
+                    }
+                },
+                _ => None,
+            };
+            progress.start_phase(Phase::Finish, None);
+            let report = match sink.finish(target_size) {
+                Ok(r) => r,
+                Err(e) => {
+                    sink.abort();
+                    return Err(e);
+                }
+            };
+            progress.add_written_bytes(report.bytes_written);
+            Ok(ImportReport {
+                format,
+                compression,
+                virtual_size,
+                target_size,
+                bytes_read: progress.snapshot().source_bytes,
+                bytes_written: report.bytes_written,
+                seconds: started.elapsed().as_secs_f64(),
+                checksum,
+                preallocated: report.preallocated,
+                strategy: plan.name(),
+            })
+        }
+        Err(e) => {
+            sink.abort();
+            Err(e)
+        }
+    }
+}
+
+/// Drains the rest of a stream (so a checksum covers every byte).
+fn drain(stream: &mut dyn Read) -> Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let n = format::read_full(stream, &mut buf).map_err(|e| untag(e, pos))?;
+        if n == 0 {
+            return Ok(());
+        }
+        pos += n as u64;
+    }
+}
+
+/// Runs the plan; returns (virtual size, target size).
+fn execute(
+    req: &ImportRequest,
+    plan: Plan,
+    probed: Probed,
+    sink: &mut dyn Sink,
+    progress: &Progress,
+    hasher: Option<&Hasher>,
+) -> Result<(u64, u64)> {
+    let Probed {
+        size,
+        random_access,
+        local_path,
+        compressions,
+        format,
+        head,
+        mut stream,
+    } = probed;
+    let compressed = !compressions.is_empty();
+    progress.start_phase(Phase::Import, size);
+    // Bytes counted while probing belong to this phase too.
+    progress.set_done(progress.snapshot().source_bytes);
+    match plan {
+        Plan::Stream => {
+            let known = (!compressed).then_some(size).flatten();
+            if let Some(vs) = known {
+                plan::target_size(vs, req.size, sink.capacity())?;
+            }
+            let limit = match (req.size, sink.capacity()) {
+                (Some(s), Some(c)) => Some(s.min(c)),
+                (s, c) => s.or(c),
+            };
+            let vs = format::copy_raw(&mut stream, sink, limit)?;
+            let target = plan::target_size(vs, req.size, sink.capacity())?;
+            sink.write_zeroes(vs, target - vs)?;
+            Ok((vs, target))
+        }
+        Plan::Qcow2 { refetch } => {
+            let file_size = (!compressed).then_some(size).flatten();
+            let header = Header::parse(&head, file_size).map_err(|e| Error::Format {
+                format: ImageFormat::Qcow2,
+                source: FormatError::Qcow2(e),
+            })?;
+            let target = plan::target_size(header.virtual_size, req.size, sink.capacity())?;
+            let refetch = match (refetch, random_access) {
+                (RefetchPlan::Random, Some(ra)) => Refetch::Random(ra),
+                (RefetchPlan::ScratchSpill, _) => match &req.scratch {
+                    Some(dir) => Refetch::Spill(Spill::scratch(dir)?),
+                    None => Refetch::Spill(Spill::memory()),
+                },
+                _ => Refetch::Spill(Spill::memory()),
+            };
+            let vs = header.virtual_size;
+            qcow2::convert(
+                header,
+                &mut stream,
+                file_size,
+                refetch,
+                sink,
+                hasher.is_some(),
+            )?;
+            if hasher.is_some() {
+                drain(&mut stream)?;
+            }
+            sink.write_zeroes(vs, target - vs)?;
+            Ok((vs, target))
+        }
+        Plan::QemuImg { input } => {
+            let spooled;
+            let path = match input {
+                DelegateInput::LocalFile => {
+                    if hasher.is_some() {
+                        drain(&mut stream)?;
+                    }
+                    local_path
+                        .ok_or_else(|| Error::InvalidRequest(String::from("no local path")))?
+                }
+                DelegateInput::Spool => {
+                    let dir = req.scratch.clone().ok_or_else(|| {
+                        Error::ScratchRequired(String::from("no scratch directory"))
+                    })?;
+                    progress.start_phase(Phase::Spool, size);
+                    progress.set_done(progress.snapshot().source_bytes);
+                    spooled = spool(&mut stream, &dir)?;
+                    spooled.path().to_path_buf()
+                }
+            };
+            let info = qemu_img::info(&path, format)?;
+            qemu_img::check_safe(&path, format, &info)?;
+            let target = plan::target_size(info.virtual_size, req.size, sink.capacity())?;
+            // qemu-img writes the target itself: make it the right size first (files), then convert.
+            let (dest, fresh_file) = sink.external_target(info.virtual_size)?;
+            progress.start_phase(Phase::Convert, Some(10_000));
+            qemu_img::convert(&path, format, &dest, fresh_file, progress)?;
+            sink.write_zeroes(info.virtual_size, target - info.virtual_size)?;
+            Ok((info.virtual_size, target))
+        }
+    }
+}
+
+/// Copies the stream into a temporary file in `dir` (removed when dropped).
+fn spool(stream: &mut dyn Read, dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
+    let serr = |source| Error::Scratch {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".importer-spool-")
+        .tempfile_in(dir)
+        .map_err(serr)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let n = format::read_full(stream, &mut buf).map_err(|e| untag(e, pos))?;
+        if n == 0 {
+            break;
+        }
+        // Sparse spool: skip zero blocks.
+        if sink::is_zero(&buf[..n]) {
+            use std::io::{Seek, SeekFrom};
+            tmp.as_file_mut()
+                .seek(SeekFrom::Current(n as i64))
+                .map_err(serr)?;
+        } else {
+            use std::io::Write;
+            tmp.as_file_mut().write_all(&buf[..n]).map_err(serr)?;
+        }
+        pos += n as u64;
+    }
+    tmp.as_file().set_len(pos).map_err(serr)?;
+    Ok(tmp)
+}

@@ -1,0 +1,233 @@
+//! The pure planning step: from what probing found, pick how the import runs, before any byte moves.
+//!
+//! Decision tree (documented in the README):
+//!
+//! ```text
+//! format raw/iso ─────────────────────────────────────────────► Stream (single pass, any source)
+//! format qcow2 ─┬─ uncompressed source with positional reads ──► Qcow2 { refetch: Random }   (no scratch)
+//!               ├─ --scratch given ───────────────────────────► Qcow2 { refetch: ScratchSpill }
+//!               └─ otherwise ─────────────────────────────────► Qcow2 { refetch: MemorySpill } (bounded;
+//!                                                                  fails asking for --scratch if exceeded)
+//! vmdk/vpc/vhdx/vdi ─┬─ uncompressed local file ──────────────► QemuImg { input: LocalFile }
+//!                    ├─ --scratch given ──────────────────────► QemuImg { input: Spool }
+//!                    └─ otherwise ────────────────────────────► error: scratch space required
+//! tar ────────────────────────────────────────────────────────► error: an archive, not a disk image
+//! ```
+
+use crate::detect::ImageFormat;
+use crate::format::FormatError;
+use crate::{Error, Result};
+
+/// Where a qcow2 conversion gets bytes that streamed past before they were mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefetchPlan {
+    /// Positional reads of the source (file, HTTP Range).
+    Random,
+    /// A bounded in-memory store.
+    MemorySpill,
+    /// A file in the scratch directory.
+    ScratchSpill,
+}
+
+/// Where `qemu-img` reads the image from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelegateInput {
+    /// The source file itself.
+    LocalFile,
+    /// A copy spooled to the scratch directory.
+    Spool,
+}
+
+/// How the import runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Copy the (decompressed) stream as is.
+    Stream,
+    /// Native single-pass qcow2 conversion.
+    Qcow2 {
+        /// Out-of-order fallback.
+        refetch: RefetchPlan,
+    },
+    /// Conversion by `qemu-img`.
+    QemuImg {
+        /// Its input.
+        input: DelegateInput,
+    },
+}
+
+impl Plan {
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Plan::Stream => "stream",
+            Plan::Qcow2 {
+                refetch: RefetchPlan::Random,
+            } => "qcow2-stream+range",
+            Plan::Qcow2 {
+                refetch: RefetchPlan::MemorySpill,
+            } => "qcow2-stream",
+            Plan::Qcow2 {
+                refetch: RefetchPlan::ScratchSpill,
+            } => "qcow2-stream+scratch",
+            Plan::QemuImg {
+                input: DelegateInput::LocalFile,
+            } => "qemu-img",
+            Plan::QemuImg {
+                input: DelegateInput::Spool,
+            } => "scratch+qemu-img",
+        }
+    }
+}
+
+/// What probing found that planning depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// Detected format (after decompression).
+    pub format: ImageFormat,
+    /// Whether a compression wrapper was found.
+    pub compressed: bool,
+    /// Whether the source offers positional reads.
+    pub random_access: bool,
+    /// Whether the source is a local file.
+    pub local_file: bool,
+    /// Whether scratch space was given.
+    pub scratch: bool,
+}
+
+/// Picks the plan. Pure.
+pub fn plan(p: Probe) -> Result<Plan> {
+    match p.format {
+        ImageFormat::Raw | ImageFormat::Iso => Ok(Plan::Stream),
+        ImageFormat::Tar => Err(Error::Format {
+            format: ImageFormat::Tar,
+            source: FormatError::Refused(String::from(
+                "the source is a tar archive, not a disk image (archives are imported with content type archive)",
+            )),
+        }),
+        ImageFormat::Qcow2 => Ok(Plan::Qcow2 {
+            refetch: if p.random_access && !p.compressed {
+                RefetchPlan::Random
+            } else if p.scratch {
+                RefetchPlan::ScratchSpill
+            } else {
+                RefetchPlan::MemorySpill
+            },
+        }),
+        f @ (ImageFormat::Vmdk | ImageFormat::Vpc | ImageFormat::Vhdx | ImageFormat::Vdi) => {
+            if p.local_file && !p.compressed {
+                Ok(Plan::QemuImg {
+                    input: DelegateInput::LocalFile,
+                })
+            } else if p.scratch {
+                Ok(Plan::QemuImg {
+                    input: DelegateInput::Spool,
+                })
+            } else {
+                Err(Error::ScratchRequired(format!(
+                    "{f} images are converted by qemu-img from a seekable file; pass --scratch DIR to spool this source there"
+                )))
+            }
+        }
+    }
+}
+
+/// Final target size: the requested size, else the virtual size; a request below the virtual size and a
+/// target too small for the result are errors.
+pub fn target_size(
+    virtual_size: u64,
+    requested: Option<u64>,
+    capacity: Option<u64>,
+) -> Result<u64> {
+    if let Some(r) = requested
+        && r < virtual_size
+    {
+        return Err(Error::SizeTooSmall {
+            requested: r,
+            virtual_size,
+        });
+    }
+    let size = requested.unwrap_or(virtual_size);
+    if let Some(c) = capacity
+        && size > c
+    {
+        return Err(Error::TargetTooSmall {
+            virtual_size: size,
+            available: c,
+        });
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(
+        format: ImageFormat,
+        compressed: bool,
+        random_access: bool,
+        local_file: bool,
+        scratch: bool,
+    ) -> Result<Plan> {
+        plan(Probe {
+            format,
+            compressed,
+            random_access,
+            local_file,
+            scratch,
+        })
+    }
+
+    #[test]
+    fn decision_tree() {
+        use DelegateInput::*;
+        use ImageFormat::*;
+        use RefetchPlan::*;
+        assert_eq!(p(Raw, true, false, false, false).ok(), Some(Plan::Stream));
+        assert_eq!(p(Iso, false, true, true, false).ok(), Some(Plan::Stream));
+        assert_eq!(
+            p(Qcow2, false, true, false, false).ok(),
+            Some(Plan::Qcow2 { refetch: Random })
+        );
+        assert_eq!(
+            p(Qcow2, true, true, true, false).ok(),
+            Some(Plan::Qcow2 {
+                refetch: MemorySpill
+            })
+        );
+        assert_eq!(
+            p(Qcow2, false, false, false, true).ok(),
+            Some(Plan::Qcow2 {
+                refetch: ScratchSpill
+            })
+        );
+        assert_eq!(
+            p(Vmdk, false, true, true, false).ok(),
+            Some(Plan::QemuImg { input: LocalFile })
+        );
+        assert_eq!(
+            p(Vdi, true, true, true, true).ok(),
+            Some(Plan::QemuImg { input: Spool })
+        );
+        assert!(matches!(
+            p(Vhdx, false, true, false, false),
+            Err(Error::ScratchRequired(_))
+        ));
+        assert!(p(Tar, false, true, true, true).is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(target_size(100, None, None).ok(), Some(100));
+        assert_eq!(target_size(100, Some(200), Some(200)).ok(), Some(200));
+        let e = target_size(100, Some(50), None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("50") && e.contains("100"), "{e}");
+        assert!(matches!(
+            target_size(100, None, Some(99)),
+            Err(Error::TargetTooSmall { .. })
+        ));
+    }
+}

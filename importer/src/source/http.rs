@@ -1,0 +1,588 @@
+//! HTTP(S) source over reqwest + rustls.
+//!
+//! * One sequential GET streams the body; a background task reads it into a bounded channel so network
+//!   reads overlap with conversion and writing. On a reset, a 5xx or a stall it resumes where it stopped
+//!   (`Range: bytes=N-`, or by re-reading and discarding N bytes from a server without Range), with
+//!   exponential backoff, up to `max_retries` attempts without progress.
+//! * Redirects are followed by hand (at most 10 hops) so that basic auth and extra headers are re-applied
+//!   on every hop, as CDI does; the final URL is remembered and used for ranged reads.
+//! * Servers that advertise `Accept-Ranges: bytes` and a length also offer [`RandomAccess`].
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode, Url};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use super::{OpenedSource, RandomAccess};
+use crate::error::chain_line;
+use crate::{Error, Result};
+
+/// HTTP client settings.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Directory whose every file is a PEM CA certificate (bundle) added to the trusted roots.
+    pub cert_dir: Option<PathBuf>,
+    /// Skip TLS certificate verification.
+    pub insecure: bool,
+    /// Extra request headers.
+    pub headers: Vec<(String, String)>,
+    /// Basic-auth credentials (user, password).
+    pub basic_auth: Option<(String, String)>,
+    /// A transfer that delivers no byte for this long is retried.
+    pub stall_timeout: Duration,
+    /// Attempts per request, and per stretch of the stream without progress.
+    pub max_retries: u32,
+    /// First backoff delay; doubled per attempt.
+    pub backoff: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            cert_dir: None,
+            insecure: false,
+            headers: Vec::new(),
+            basic_auth: None,
+            stall_timeout: Duration::from_secs(60),
+            max_retries: 5,
+            backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Parses `Name: value` into a header pair.
+pub fn parse_header(line: &str) -> Result<(String, String)> {
+    let (name, value) = line.split_once(':').ok_or_else(|| {
+        Error::InvalidRequest(format!("invalid header {line:?}: expected 'Name: value'"))
+    })?;
+    let name = name.trim();
+    HeaderName::from_bytes(name.as_bytes())
+        .map_err(|e| Error::InvalidRequest(format!("invalid header name {name:?}: {e}")))?;
+    let value = value.trim();
+    HeaderValue::from_str(value)
+        .map_err(|e| Error::InvalidRequest(format!("invalid header value for {name}: {e}")))?;
+    Ok((name.to_string(), value.to_string()))
+}
+
+const USER_AGENT: &str = concat!("kubevirt-rs-importer/", env!("CARGO_PKG_VERSION"));
+const MAX_REDIRECTS: usize = 10;
+
+/// Why a request failed.
+#[derive(Debug)]
+enum Failure {
+    /// Worth retrying (transport error, 5xx, 429, stall).
+    Transient(String),
+    /// Not worth retrying (4xx, bad redirect, TLS failure).
+    Fatal(String),
+}
+
+impl Failure {
+    fn message(&self) -> &str {
+        match self {
+            Failure::Transient(m) | Failure::Fatal(m) => m,
+        }
+    }
+}
+
+struct Client {
+    client: reqwest::Client,
+    opts: HttpOptions,
+    headers: HeaderMap,
+    url: Url,
+    /// Where the redirects of the last successful request ended.
+    resolved: Mutex<Url>,
+}
+
+fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(USER_AGENT)
+        .connect_timeout(Duration::from_secs(30))
+        .tls_danger_accept_invalid_certs(opts.insecure);
+    if let Some(dir) = &opts.cert_dir {
+        let mut certs = Vec::new();
+        let entries = fs::read_dir(dir)
+            .map_err(|e| Error::InvalidRequest(format!("cert dir {}: {e}", dir.display())))?;
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for p in paths {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.starts_with('.') || !p.is_file() {
+                continue; // ConfigMap mounts carry ..data symlink dirs and dot files
+            }
+            let pem = fs::read(&p)
+                .map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
+            let found = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                Error::InvalidRequest(format!("CA file {}: {}", p.display(), chain_line(&e)))
+            })?;
+            if found.is_empty() {
+                return Err(Error::InvalidRequest(format!(
+                    "CA file {} holds no PEM certificate",
+                    p.display()
+                )));
+            }
+            certs.extend(found);
+        }
+        b = b.tls_certs_merge(certs);
+    }
+    b.build()
+        .map_err(|e| Error::InvalidRequest(format!("HTTP client: {}", chain_line(&e))))
+}
+
+impl Client {
+    fn new(url: &Url, opts: &HttpOptions) -> Result<Self> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in &opts.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| Error::InvalidRequest(format!("header {k}: {e}")))?;
+            let value = HeaderValue::from_str(v)
+                .map_err(|e| Error::InvalidRequest(format!("header {k}: {e}")))?;
+            headers.append(name, value);
+        }
+        Ok(Client {
+            client: build_client(opts)?,
+            opts: opts.clone(),
+            headers,
+            url: url.clone(),
+            resolved: Mutex::new(url.clone()),
+        })
+    }
+
+    fn resolved(&self) -> Url {
+        self.resolved
+            .lock()
+            .map(|u| u.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// One request, following redirects by hand. `range` = (start, inclusive end).
+    async fn send_once(
+        &self,
+        method: Method,
+        range: Option<(u64, Option<u64>)>,
+        from_resolved: bool,
+    ) -> Result<reqwest::Response, Failure> {
+        let mut url = if from_resolved {
+            self.resolved()
+        } else {
+            self.url.clone()
+        };
+        for _ in 0..=MAX_REDIRECTS {
+            let mut req = self
+                .client
+                .request(method.clone(), url.clone())
+                .headers(self.headers.clone());
+            if let Some((user, pass)) = &self.opts.basic_auth {
+                req = req.basic_auth(user, Some(pass));
+            } else if !url.username().is_empty() {
+                req = req.basic_auth(url.username(), url.password());
+            }
+            if let Some((start, end)) = range {
+                let v = match end {
+                    Some(e) => format!("bytes={start}-{e}"),
+                    None => format!("bytes={start}-"),
+                };
+                req = req.header(reqwest::header::RANGE, v);
+            }
+            let resp = req.send().await.map_err(|e| {
+                let msg = chain_line(&e);
+                if msg.contains("certificate")
+                    || msg.contains("InvalidCertificate")
+                    || msg.contains("tls")
+                {
+                    Failure::Fatal(msg)
+                } else {
+                    Failure::Transient(msg)
+                }
+            })?;
+            let status = resp.status();
+            if status.is_redirection() {
+                let loc = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or_else(|| {
+                        Failure::Fatal(format!("redirect {status} without a Location header"))
+                    })?;
+                url = url
+                    .join(loc)
+                    .map_err(|e| Failure::Fatal(format!("bad redirect Location {loc:?}: {e}")))?;
+                if !matches!(url.scheme(), "http" | "https") {
+                    return Err(Failure::Fatal(format!(
+                        "redirect to unsupported scheme {}",
+                        url.scheme()
+                    )));
+                }
+                continue;
+            }
+            if status.is_success() {
+                if let Ok(mut r) = self.resolved.lock() {
+                    *r = url;
+                }
+                return Ok(resp);
+            }
+            let msg = format!(
+                "expected status code 200, got {}. Status: {} {}",
+                status.as_u16(),
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            );
+            return Err(
+                if status.is_server_error()
+                    || status == StatusCode::TOO_MANY_REQUESTS
+                    || status == StatusCode::REQUEST_TIMEOUT
+                {
+                    Failure::Transient(msg)
+                } else {
+                    Failure::Fatal(msg)
+                },
+            );
+        }
+        Err(Failure::Fatal(format!(
+            "more than {MAX_REDIRECTS} redirects"
+        )))
+    }
+
+    /// A request retried with exponential backoff on transient failures.
+    async fn send(
+        &self,
+        method: Method,
+        range: Option<(u64, Option<u64>)>,
+        from_resolved: bool,
+    ) -> Result<reqwest::Response, Failure> {
+        let mut delay = self.opts.backoff;
+        let mut attempt = 0;
+        loop {
+            match self.send_once(method.clone(), range, from_resolved).await {
+                Ok(r) => return Ok(r),
+                Err(Failure::Transient(m)) if attempt < self.opts.max_retries => {
+                    attempt += 1;
+                    tracing::warn!(url = %self.url, attempt, "transient HTTP failure, retrying: {m}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+                Err(Failure::Transient(m)) => {
+                    return Err(Failure::Transient(format!(
+                        "{m} (gave up after {} retries)",
+                        self.opts.max_retries
+                    )));
+                }
+                Err(f) => return Err(f),
+            }
+        }
+    }
+
+    fn error(&self, f: &Failure) -> Error {
+        Error::Http {
+            url: redact(&self.url),
+            message: f.message().to_string(),
+        }
+    }
+}
+
+fn redact(u: &Url) -> String {
+    let mut u = u.clone();
+    let _ = u.set_password(None);
+    u.to_string()
+}
+
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(reqwest::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn accepts_ranges(h: &HeaderMap) -> bool {
+    h.get(reqwest::header::ACCEPT_RANGES)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|p| p.trim().eq_ignore_ascii_case("bytes")))
+}
+
+/// `Content-Range: bytes START-END/TOTAL` → START.
+fn content_range_start(h: &HeaderMap) -> Option<u64> {
+    let v = h.get(reqwest::header::CONTENT_RANGE)?.to_str().ok()?;
+    let rest = v.trim().strip_prefix("bytes")?.trim_start();
+    rest.split('-').next()?.trim().parse().ok()
+}
+
+/// Opens an HTTP(S) source: HEAD for size and Range support (a failing HEAD is tolerated), then the GET that
+/// is streamed.
+pub fn open(url: &Url, opts: &HttpOptions, rt: &Handle) -> Result<OpenedSource> {
+    let client = Arc::new(Client::new(url, opts)?);
+    let (head_len, head_ranges) = match rt.block_on(client.send(Method::HEAD, None, false)) {
+        Ok(r) => (content_length(r.headers()), accepts_ranges(r.headers())),
+        Err(f) => {
+            tracing::debug!(url = %redact(url), "HEAD failed ({}); continuing with GET", f.message());
+            (None, false)
+        }
+    };
+    let resp = rt
+        .block_on(client.send(Method::GET, None, false))
+        .map_err(|f| client.error(&f))?;
+    let size = content_length(resp.headers()).or(head_len);
+    let ranges = (head_ranges || accepts_ranges(resp.headers())) && size.is_some();
+    if let Some(ct) = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        && ct.starts_with("text/")
+    {
+        tracing::warn!(url = %redact(url), "server says Content-Type {ct}; the body is inspected by its bytes anyway");
+    }
+    let (tx, rx) = mpsc::channel(64);
+    rt.spawn(pump(client.clone(), resp, size, ranges, tx));
+    let random_access = match (ranges, size) {
+        (true, Some(size)) => Some(Arc::new(HttpAccess {
+            client,
+            size,
+            rt: rt.clone(),
+        }) as Arc<dyn RandomAccess>),
+        _ => None,
+    };
+    Ok(OpenedSource {
+        stream: Box::new(ChannelReader {
+            rx,
+            cur: Bytes::new(),
+        }),
+        size,
+        random_access,
+        local_path: None,
+    })
+}
+
+/// Reads the body into the channel, resuming after failures.
+async fn pump(
+    client: Arc<Client>,
+    first: reqwest::Response,
+    size: Option<u64>,
+    ranges: bool,
+    tx: mpsc::Sender<io::Result<Bytes>>,
+) {
+    let mut resp = Some(first);
+    let mut pos: u64 = 0;
+    let mut skip: u64 = 0; // bytes to discard from a 200 response after a resume
+    let mut attempts = 0u32;
+    let mut delay = client.opts.backoff;
+    loop {
+        let failure = match resp.take() {
+            Some(mut r) => loop {
+                match tokio::time::timeout(client.opts.stall_timeout, r.chunk()).await {
+                    Err(_) => {
+                        break format!("no data for {:?} (stalled)", client.opts.stall_timeout);
+                    }
+                    Ok(Err(e)) => break chain_line(&e),
+                    Ok(Ok(None)) => {
+                        if size.is_some_and(|s| pos < s) {
+                            break format!("body ended at byte {pos} of {}", size.unwrap_or(0));
+                        }
+                        return; // done: dropping tx ends the reader
+                    }
+                    Ok(Ok(Some(mut chunk))) => {
+                        if skip > 0 {
+                            let n = skip.min(chunk.len() as u64);
+                            skip -= n;
+                            chunk = chunk.slice(n as usize..);
+                            if chunk.is_empty() {
+                                continue;
+                            }
+                        }
+                        if let Some(s) = size
+                            && pos + chunk.len() as u64 > s
+                        {
+                            let _ = tx
+                                .send(Err(io::Error::other(format!(
+                                    "server sent more than its Content-Length {s}"
+                                ))))
+                                .await;
+                            return;
+                        }
+                        pos += chunk.len() as u64;
+                        attempts = 0;
+                        delay = client.opts.backoff;
+                        if tx.send(Ok(chunk)).await.is_err() {
+                            return; // reader gone
+                        }
+                    }
+                }
+            },
+            None => String::from("no response"),
+        };
+        if attempts >= client.opts.max_retries {
+            let _ = tx
+                .send(Err(io::Error::other(format!(
+                    "{failure} (gave up after {} retries)",
+                    client.opts.max_retries
+                ))))
+                .await;
+            return;
+        }
+        attempts += 1;
+        tracing::warn!(url = %redact(&client.url), pos, attempt = attempts, "transfer interrupted, resuming: {failure}");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
+        let range = (ranges && pos > 0).then_some((pos, None));
+        match client.send(Method::GET, range, true).await {
+            Ok(r) => {
+                if r.status() == StatusCode::PARTIAL_CONTENT {
+                    if content_range_start(r.headers()) != Some(pos) {
+                        let _ = tx
+                            .send(Err(io::Error::other("server resumed at the wrong offset")))
+                            .await;
+                        return;
+                    }
+                    skip = 0;
+                } else {
+                    skip = pos; // full body again: discard what we already have
+                }
+                resp = Some(r);
+            }
+            Err(Failure::Fatal(m)) => {
+                let _ = tx.send(Err(io::Error::other(m))).await;
+                return;
+            }
+            Err(Failure::Transient(m)) => {
+                let _ = tx.send(Err(io::Error::other(m))).await;
+                return;
+            }
+        }
+    }
+}
+
+/// The synchronous end of the body channel.
+struct ChannelReader {
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+    cur: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.cur.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(Err(e)) => return Err(e),
+                Some(Ok(b)) => self.cur = b,
+            }
+        }
+        let n = buf.len().min(self.cur.len());
+        buf[..n].copy_from_slice(&self.cur[..n]);
+        self.cur = self.cur.slice(n..);
+        Ok(n)
+    }
+}
+
+/// Ranged reads.
+struct HttpAccess {
+    client: Arc<Client>,
+    size: u64,
+    rt: Handle,
+}
+
+impl RandomAccess for HttpAccess {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let avail = self.size.saturating_sub(offset).min(buf.len() as u64) as usize;
+        buf[avail..].fill(0);
+        if avail == 0 {
+            return Ok(0);
+        }
+        let client = self.client.clone();
+        let (head, _) = buf.split_at_mut(avail);
+        self.rt.block_on(async {
+            let mut attempts = 0;
+            loop {
+                let mut got = 0usize;
+                let r = async {
+                    let mut resp = client
+                        .send(
+                            Method::GET,
+                            Some((offset + got as u64, Some(offset + avail as u64 - 1))),
+                            true,
+                        )
+                        .await
+                        .map_err(|f| io::Error::other(f.message().to_string()))?;
+                    if resp.status() != StatusCode::PARTIAL_CONTENT
+                        || content_range_start(resp.headers()) != Some(offset)
+                    {
+                        return Err(io::Error::other("server ignored the Range request"));
+                    }
+                    while got < avail {
+                        match tokio::time::timeout(client.opts.stall_timeout, resp.chunk()).await {
+                            Err(_) => return Err(io::Error::other("ranged read stalled")),
+                            Ok(Err(e)) => return Err(io::Error::other(chain_line(&e))),
+                            Ok(Ok(None)) => {
+                                return Err(io::Error::other("ranged read ended early"));
+                            }
+                            Ok(Ok(Some(c))) => {
+                                let n = c.len().min(avail - got);
+                                head[got..got + n].copy_from_slice(&c[..n]);
+                                got += n;
+                            }
+                        }
+                    }
+                    Ok(())
+                }
+                .await;
+                match r {
+                    Ok(()) => return Ok(avail),
+                    Err(e)
+                        if attempts < client.opts.max_retries
+                            && !e.to_string().contains("ignored the Range") =>
+                    {
+                        attempts += 1;
+                        tokio::time::sleep(client.opts.backoff * attempts).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers() {
+        assert_eq!(
+            parse_header("X-A: b c ").ok(),
+            Some(("X-A".into(), "b c".into()))
+        );
+        assert!(parse_header("nocolon").is_err());
+        assert!(parse_header("bad name: x").is_err());
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::CONTENT_RANGE,
+            HeaderValue::from_static("bytes 100-199/1000"),
+        );
+        h.insert(
+            reqwest::header::ACCEPT_RANGES,
+            HeaderValue::from_static("none, bytes"),
+        );
+        h.insert(
+            reqwest::header::CONTENT_LENGTH,
+            HeaderValue::from_static("100"),
+        );
+        assert_eq!(content_range_start(&h), Some(100));
+        assert!(accepts_ranges(&h));
+        assert_eq!(content_length(&h), Some(100));
+        h.insert(
+            reqwest::header::ACCEPT_RANGES,
+            HeaderValue::from_static("none"),
+        );
+        assert!(!accepts_ranges(&h));
+    }
+}
