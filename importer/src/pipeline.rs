@@ -401,6 +401,12 @@ fn execute(
             let (dest, fresh_file) = sink.external_target(info.virtual_size)?;
             progress.start_phase(Phase::Convert, Some(10_000));
             qemu_img::convert(&path, format, &dest, fresh_file, progress)?;
+            if fresh_file {
+                // qemu-img wrote the data: account for what it allocated.
+                use std::os::unix::fs::MetadataExt;
+                let allocated = std::fs::metadata(&dest).map(|m| m.blocks() * 512).unwrap_or(0);
+                sink.note_external_write(allocated);
+            }
             sink.write_zeroes(info.virtual_size, target - info.virtual_size)?;
             Ok((info.virtual_size, target))
         }

@@ -46,6 +46,8 @@ pub trait Sink: Send {
     /// Prepares the target for an external writer (qemu-img) of `len` bytes and returns its path and
     /// whether it is a fresh all-zero file. Nothing may have been written through the sink before.
     fn external_target(&mut self, len: u64) -> Result<(PathBuf, bool)>;
+    /// Records bytes an external writer put into the target (reported as written).
+    fn note_external_write(&mut self, bytes: u64);
 }
 
 /// Whether `buf` is all zeroes. Compares 16-byte words; the compiler vectorises this.
@@ -271,6 +273,10 @@ impl Sink for FileSink {
         self.file()?.set_len(len).map_err(|e| self.err(e))?;
         Ok((self.path.clone(), self.bytes_written == 0))
     }
+
+    fn note_external_write(&mut self, bytes: u64) {
+        self.bytes_written += bytes;
+    }
 }
 
 /// A block-device target. Zero regions are zeroed with `fallocate` (punch or zero-range), falling back to
@@ -433,6 +439,10 @@ impl Sink for BlockSink {
         self.check_bounds(0, len)?;
         self.flush_buf()?;
         Ok((self.path.clone(), false))
+    }
+
+    fn note_external_write(&mut self, bytes: u64) {
+        self.bytes_written += bytes;
     }
 }
 

@@ -264,7 +264,7 @@ impl Client {
                 Ok(r) => return Ok(r),
                 Err(Failure::Transient(m)) if attempt < self.opts.max_retries => {
                     attempt += 1;
-                    tracing::warn!(url = %self.url, attempt, "transient HTTP failure, retrying: {m}");
+                    tracing::info!(url = %redact(&self.url), attempt, "transient HTTP failure, retrying: {m}");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(30));
                 }
@@ -319,7 +319,7 @@ fn content_range_start(h: &HeaderMap) -> Option<u64> {
 /// is streamed.
 pub fn open(url: &Url, opts: &HttpOptions, rt: &Handle) -> Result<OpenedSource> {
     let client = Arc::new(Client::new(url, opts)?);
-    let (head_len, head_ranges) = match rt.block_on(client.send(Method::HEAD, None, false)) {
+    let (head_len, head_ranges) = match rt.block_on(client.send_once(Method::HEAD, None, false)) {
         Ok(r) => (content_length(r.headers()), accepts_ranges(r.headers())),
         Err(f) => {
             tracing::debug!(url = %redact(url), "HEAD failed ({}); continuing with GET", f.message());
@@ -337,7 +337,7 @@ pub fn open(url: &Url, opts: &HttpOptions, rt: &Handle) -> Result<OpenedSource> 
         .and_then(|v| v.to_str().ok())
         && ct.starts_with("text/")
     {
-        tracing::warn!(url = %redact(url), "server says Content-Type {ct}; the body is inspected by its bytes anyway");
+        tracing::info!(url = %redact(url), "server says Content-Type {ct}; the body is inspected by its bytes anyway");
     }
     let (tx, rx) = mpsc::channel(64);
     rt.spawn(pump(client.clone(), resp, size, ranges, tx));
@@ -427,7 +427,7 @@ async fn pump(
             return;
         }
         attempts += 1;
-        tracing::warn!(url = %redact(&client.url), pos, attempt = attempts, "transfer interrupted, resuming: {failure}");
+        tracing::info!(url = %redact(&client.url), pos, attempt = attempts, "transfer interrupted, resuming: {failure}");
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(30));
         let range = (ranges && pos > 0).then_some((pos, None));
