@@ -404,7 +404,9 @@ fn execute(
             if fresh_file {
                 // qemu-img wrote the data: account for what it allocated.
                 use std::os::unix::fs::MetadataExt;
-                let allocated = std::fs::metadata(&dest).map(|m| m.blocks() * 512).unwrap_or(0);
+                let allocated = std::fs::metadata(&dest)
+                    .map(|m| m.blocks() * 512)
+                    .unwrap_or(0);
                 sink.note_external_write(allocated);
             }
             sink.write_zeroes(info.virtual_size, target - info.virtual_size)?;

@@ -668,3 +668,196 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     }
     Ok(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::SinkReport;
+    use std::path::PathBuf;
+
+    /// A sink into memory that checks each guest byte is covered once.
+    struct MemSink {
+        data: Vec<u8>,
+        covered: Vec<bool>,
+    }
+
+    impl MemSink {
+        fn new(len: usize) -> Self {
+            MemSink {
+                data: vec![0xee; len],
+                covered: vec![false; len],
+            }
+        }
+        fn cover(&mut self, off: u64, len: usize) {
+            for c in &mut self.covered[off as usize..off as usize + len] {
+                assert!(!*c, "covered twice at {off}");
+                *c = true;
+            }
+        }
+    }
+
+    impl Sink for MemSink {
+        fn capacity(&self) -> Option<u64> {
+            Some(self.data.len() as u64)
+        }
+        fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+            self.cover(offset, data.len());
+            self.data[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn write_zeroes(&mut self, offset: u64, len: u64) -> Result<()> {
+            self.cover(offset, len as usize);
+            self.data[offset as usize..(offset + len) as usize].fill(0);
+            Ok(())
+        }
+        fn finish(&mut self, len: u64) -> Result<SinkReport> {
+            Ok(SinkReport {
+                size: len,
+                bytes_written: 0,
+                preallocated: false,
+            })
+        }
+        fn abort(&mut self) {}
+        fn external_target(&mut self, _len: u64) -> Result<(PathBuf, bool)> {
+            Err(Error::InvalidRequest("test".into()))
+        }
+        fn note_external_write(&mut self, _bytes: u64) {}
+    }
+
+    struct Mem(Vec<u8>);
+    impl RandomAccess for Mem {
+        fn size(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+            buf.fill(0);
+            let s = (offset as usize).min(self.0.len());
+            let n = (self.0.len() - s).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[s..s + n]);
+            Ok(n)
+        }
+    }
+
+    /// A 512-byte-cluster v3 image with 4 guest clusters: guest 0 = data "A", guest 1 unallocated, guest 2 =
+    /// data "C", guest 3 zero flag. With `data_first` the data clusters precede the L2 table in the file.
+    fn image(data_first: bool) -> (Vec<u8>, Vec<u8>) {
+        let cs = 512usize;
+        // Out of order means in an earlier stream chunk: put the L2 table past the first read.
+        let (l1, l2, a, c) = if data_first {
+            (1, 2 * CHUNK / cs, 2, 3)
+        } else {
+            (1, 2, 3, 4)
+        };
+        let mut f = vec![0u8; (l2.max(c) + 2) * cs];
+        f[0..4].copy_from_slice(b"QFI\xfb");
+        f[4..8].copy_from_slice(&3u32.to_be_bytes());
+        f[20..24].copy_from_slice(&9u32.to_be_bytes());
+        f[24..32].copy_from_slice(&(4 * cs as u64).to_be_bytes());
+        f[36..40].copy_from_slice(&1u32.to_be_bytes());
+        f[40..48].copy_from_slice(&((l1 * cs) as u64).to_be_bytes());
+        f[96..100].copy_from_slice(&4u32.to_be_bytes());
+        f[100..104].copy_from_slice(&104u32.to_be_bytes());
+        f[l1 * cs..l1 * cs + 8].copy_from_slice(&((l2 * cs) as u64 | 1 << 63).to_be_bytes());
+        let e = |host: usize| ((host * cs) as u64 | 1 << 63).to_be_bytes();
+        f[l2 * cs..l2 * cs + 8].copy_from_slice(&e(a));
+        f[l2 * cs + 16..l2 * cs + 24].copy_from_slice(&e(c));
+        f[l2 * cs + 24..l2 * cs + 32].copy_from_slice(&1u64.to_be_bytes());
+        f[a * cs..(a + 1) * cs].fill(b'A');
+        f[c * cs..(c + 1) * cs].fill(b'C');
+        let mut want = vec![0u8; 4 * cs];
+        want[..cs].fill(b'A');
+        want[2 * cs..3 * cs].fill(b'C');
+        (f, want)
+    }
+
+    fn run(img: &[u8], refetch: Refetch, known_size: bool) -> Result<(Vec<u8>, ConvertStats)> {
+        let size = known_size.then_some(img.len() as u64);
+        let h = Header::parse(img, size).map_err(ferr)?;
+        let mut sink = MemSink::new(h.virtual_size as usize);
+        let mut stream = img;
+        let stats = convert(h, &mut stream, size, refetch, &mut sink, true)?;
+        assert!(
+            sink.covered.iter().all(|&c| c),
+            "not every guest byte covered"
+        );
+        Ok((sink.data, stats))
+    }
+
+    #[test]
+    fn in_order_needs_nothing() -> Result<()> {
+        let (img, want) = image(false);
+        let (got, stats) = run(&img, Refetch::Spill(Spill::memory()), true)?;
+        assert_eq!(got, want);
+        assert_eq!((stats.refetched_bytes, stats.spilled_bytes), (0, 0));
+        Ok(())
+    }
+
+    #[test]
+    fn out_of_order_uses_refetch_or_spill() -> Result<()> {
+        let (img, want) = image(true);
+        let (got, stats) = run(&img, Refetch::Random(Arc::new(Mem(img.clone()))), true)?;
+        assert_eq!(got, want);
+        assert_eq!(stats.refetched_bytes, 1024);
+        let (got, stats) = run(&img, Refetch::Spill(Spill::memory()), false)?;
+        assert_eq!(got, want);
+        assert!(stats.spilled_bytes >= 1024);
+        Ok(())
+    }
+
+    #[test]
+    fn truncated_and_beyond_end() {
+        let (img, _) = image(false);
+        let e = run(
+            &img[..4 * 512 + 100],
+            Refetch::Spill(Spill::memory()),
+            false,
+        )
+        .err()
+        .map(|e| e.to_string());
+        assert!(e.as_deref().unwrap_or("").contains("truncated"), "{e:?}");
+        let e = run(&img[..4 * 512], Refetch::Spill(Spill::memory()), true)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.as_deref().unwrap_or("").contains("beyond the end"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn compressed_clusters_roundtrip() -> Result<()> {
+        use std::io::Write;
+        let cs = 65536;
+        let data: Vec<u8> = (0..cs).map(|i| (i % 7) as u8).collect();
+        let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(&data).map_err(|s| Error::SourceRead {
+            offset: 0,
+            source: s,
+        })?;
+        let mut z = e.finish().map_err(|s| Error::SourceRead {
+            offset: 0,
+            source: s,
+        })?;
+        z.extend([0u8; 300]); // sector padding
+        assert_eq!(
+            decompress_cluster(ClusterCompression::Zlib, &z, cs).ok(),
+            Some(data.clone())
+        );
+        let zs = zstd::encode_all(&data[..], 3).map_err(|s| Error::SourceRead {
+            offset: 0,
+            source: s,
+        })?;
+        assert_eq!(
+            decompress_cluster(ClusterCompression::Zstd, &zs, cs).ok(),
+            Some(data.clone())
+        );
+        assert!(decompress_cluster(ClusterCompression::Zstd, &zs[..zs.len() / 2], cs).is_err());
+        assert!(decompress_cluster(ClusterCompression::Zlib, &z[..10], cs).is_err());
+        let short = zstd::encode_all(&data[..100], 3).map_err(|s| Error::SourceRead {
+            offset: 0,
+            source: s,
+        })?;
+        assert!(decompress_cluster(ClusterCompression::Zstd, &short, cs).is_err());
+        Ok(())
+    }
+}
