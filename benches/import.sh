@@ -61,7 +61,7 @@ trap 'nginx -s quit -c "$W/nginx/nginx.conf" 2>/dev/null || true; rm -f "$W"/out
 URL=http://127.0.0.1:$PORT
 
 # ---- measurement helpers ----
-MAXRSS=0
+rm -f "$W/rss"
 # run NAME CMD...: 3 runs, prints the median seconds; records peak RSS of our runs
 run() {
   local name=$1; shift
@@ -71,7 +71,7 @@ run() {
     /usr/bin/time -f '%e %M' -o "$W/time" bash -c "$*" >/dev/null 2>"$W/err" || { cat "$W/err" >&2; echo "FAILED: $name" >&2; exit 1; }
     read -r t rss <"$W/time"
     times+=("$t")
-    case "$name" in ours*) [ "$rss" -gt "$MAXRSS" ] && MAXRSS=$rss ;; esac
+    case "$name" in ours*) echo "$rss" >>"$W/rss" ;; esac
   done
   printf '%s\n' "${times[@]}" | sort -n | sed -n 2p
 }
@@ -115,4 +115,5 @@ echo
 printf '%-20s %9s %9s %6s  %-6s\n' case ours anchor ratio target
 printf '%s\n' "${ROWS[@]}"
 printf '%-20s %8sB %8sB %6s  %-6s %s\n' "allocation" "$ALLOC_OURS" "$ALLOC_QEMU" "$(ratio "$ALLOC_OURS" "$ALLOC_QEMU")" 1.0 "$(verdict "$(ratio "$ALLOC_OURS" "$ALLOC_QEMU")" 1.0)"
+MAXRSS=$(sort -n "$W/rss" | tail -1)
 printf '%-20s %7sMiB %9s %6s  %-6s %s\n' "peak RSS (ours)" "$((MAXRSS / 1024))" "" "" "64MiB" "$( [ $((MAXRSS / 1024)) -le 64 ] && echo ok || echo MISSED)"

@@ -4,7 +4,9 @@
 use std::fmt;
 use std::io::{self, Read};
 use std::str::FromStr;
+use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use md5::Md5;
 use sha1::Sha1;
@@ -97,32 +99,18 @@ enum State {
     Sha512(Sha512),
 }
 
-/// An incremental hasher shared between the tap in the stream and the pipeline that finalises it.
-#[derive(Clone)]
-pub struct Hasher {
-    algorithm: Algorithm,
-    state: Arc<Mutex<State>>,
-}
-
-impl Hasher {
-    /// A fresh hasher.
-    pub fn new(algorithm: Algorithm) -> Self {
-        let state = match algorithm {
+impl State {
+    fn new(algorithm: Algorithm) -> State {
+        match algorithm {
             Algorithm::Md5 => State::Md5(Md5::new()),
             Algorithm::Sha1 => State::Sha1(Sha1::new()),
             Algorithm::Sha256 => State::Sha256(Sha256::new()),
             Algorithm::Sha512 => State::Sha512(Sha512::new()),
-        };
-        Hasher {
-            algorithm,
-            state: Arc::new(Mutex::new(state)),
         }
     }
 
-    /// Feeds bytes.
-    pub fn update(&self, data: &[u8]) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match &mut *st {
+    fn update(&mut self, data: &[u8]) {
+        match self {
             State::Md5(h) => h.update(data),
             State::Sha1(h) => h.update(data),
             State::Sha256(h) => h.update(data),
@@ -130,20 +118,116 @@ impl Hasher {
         }
     }
 
-    /// `algorithm:hex` of everything fed so far (the state is left as is).
-    pub fn hex(&self) -> String {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let bytes: Vec<u8> = match &*st {
-            State::Md5(h) => h.clone().finalize().to_vec(),
-            State::Sha1(h) => h.clone().finalize().to_vec(),
-            State::Sha256(h) => h.clone().finalize().to_vec(),
-            State::Sha512(h) => h.clone().finalize().to_vec(),
+    fn hex(self) -> String {
+        let bytes: Vec<u8> = match self {
+            State::Md5(h) => h.finalize().to_vec(),
+            State::Sha1(h) => h.finalize().to_vec(),
+            State::Sha256(h) => h.finalize().to_vec(),
+            State::Sha512(h) => h.finalize().to_vec(),
         };
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}:{hex}", self.algorithm.name())
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Bytes gathered before they are handed to the hashing thread.
+const HASH_CHUNK: usize = 1 << 20;
+
+struct Shared {
+    pending: Vec<u8>,
+    tx: Option<SyncSender<Vec<u8>>>,
+    thread: Option<JoinHandle<String>>,
+    result: Option<String>,
+}
+
+/// An incremental hasher that hashes on its own thread (so hashing overlaps with conversion), shared
+/// between the tap in the stream and the pipeline that finalises it.
+#[derive(Clone)]
+pub struct Hasher {
+    algorithm: Algorithm,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Hasher {
+    /// A fresh hasher.
+    pub fn new(algorithm: Algorithm) -> Self {
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(4);
+        let thread = std::thread::Builder::new()
+            .name("checksum".into())
+            .spawn(move || {
+                let mut st = State::new(algorithm);
+                for chunk in rx {
+                    st.update(&chunk);
+                }
+                st.hex()
+            })
+            .ok();
+        let (tx, thread, result) = match thread {
+            Some(t) => (Some(tx), Some(t), None),
+            // Without a thread (resource exhaustion), hash inline.
+            None => (None, None, None),
+        };
+        let shared = Shared {
+            pending: Vec::new(),
+            tx,
+            thread,
+            result,
+        };
+        let h = Hasher {
+            algorithm,
+            shared: Arc::new(Mutex::new(shared)),
+        };
+        if h.lock().tx.is_none() {
+            tracing::warn!("no hashing thread; hashing inline");
+        }
+        h
     }
 
-    /// Compares with the expectation, giving CDI's mismatch error.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Feeds bytes.
+    pub fn update(&self, data: &[u8]) {
+        let mut sh = self.lock();
+        if sh.result.is_some() {
+            return;
+        }
+        sh.pending.extend_from_slice(data);
+        if sh.pending.len() >= HASH_CHUNK {
+            let chunk = std::mem::take(&mut sh.pending);
+            if let Some(tx) = &sh.tx {
+                let _ = tx.send(chunk);
+            }
+        }
+    }
+
+    /// `algorithm:hex` of everything fed so far. Finalises: later updates are ignored.
+    pub fn hex(&self) -> String {
+        let mut sh = self.lock();
+        if sh.result.is_none() {
+            let rest = std::mem::take(&mut sh.pending);
+            let hex = match (sh.tx.take(), sh.thread.take()) {
+                (Some(tx), Some(t)) => {
+                    let _ = tx.send(rest);
+                    drop(tx);
+                    t.join().unwrap_or_default()
+                }
+                _ => {
+                    let mut st = State::new(self.algorithm);
+                    st.update(&rest);
+                    st.hex()
+                }
+            };
+            sh.result = Some(hex);
+        }
+        format!(
+            "{}:{}",
+            self.algorithm.name(),
+            sh.result.as_deref().unwrap_or("")
+        )
+    }
+
+    /// Finalises and compares with the expectation, giving CDI's mismatch error.
     pub fn verify(&self, expected: &ExpectedChecksum) -> crate::Result<String> {
         let got = self.hex();
         if got == expected.to_string() {

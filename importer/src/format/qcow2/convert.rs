@@ -36,7 +36,11 @@ pub const MAX_PENDING: usize = 1 << 18;
 /// Stream read size.
 const CHUNK: usize = 1 << 20;
 /// Decompressed bytes gathered before a parallel decode batch runs.
-const BATCH_BYTES: u64 = 8 << 20;
+const BATCH_BYTES: u64 = 4 << 20;
+/// Decode batches in flight on the thread pool while the stream is read on.
+const MAX_INFLIGHT: usize = 2;
+
+type Decoded = Vec<(u64, std::result::Result<Vec<u8>, Qcow2Error>)>;
 
 /// Where bytes that already streamed past come from.
 pub enum Refetch {
@@ -107,6 +111,7 @@ struct Converter<'a> {
     open_real: usize,
     batch: Vec<(u64, u64, Vec<u8>)>, // (guest, host offset, compressed bytes)
     batch_bytes: u64,
+    inflight: std::collections::VecDeque<std::sync::mpsc::Receiver<Decoded>>,
     zero_run: Option<(u64, u64)>,
     stats: ConvertStats,
 }
@@ -141,6 +146,7 @@ pub fn convert(
         open_real: 0,
         batch: Vec::new(),
         batch_bytes: 0,
+        inflight: std::collections::VecDeque::new(),
         zero_run: None,
         stats: ConvertStats::default(),
         h: header,
@@ -205,7 +211,11 @@ impl Converter<'_> {
             self.stats.stream_bytes = pos;
         }
         self.at_end(pos)?;
-        self.flush_batch()
+        self.flush_batch()?;
+        while !self.inflight.is_empty() {
+            self.collect_batch()?;
+        }
+        Ok(())
     }
 
     /// Registers a want; bytes that already streamed past are fetched now.
@@ -586,6 +596,8 @@ impl Converter<'_> {
         Ok(())
     }
 
+    /// Hands the gathered compressed clusters to the thread pool; writes finished batches beyond
+    /// [`MAX_INFLIGHT`].
     fn flush_batch(&mut self) -> Result<()> {
         if self.batch.is_empty() {
             return Ok(());
@@ -594,20 +606,41 @@ impl Converter<'_> {
         self.batch_bytes = 0;
         let cs = self.cs as usize;
         let comp = self.h.compression;
-        let decoded: Vec<std::result::Result<Vec<u8>, Qcow2Error>> = batch
-            .par_iter()
-            .map(|(_, host, data)| {
-                decompress_cluster(comp, data, cs).map_err(|reason| {
-                    Qcow2Error::BadCompressedCluster {
-                        offset: *host,
-                        reason,
-                    }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rayon::spawn(move || {
+            let out: Decoded = batch
+                .into_par_iter()
+                .map(|(guest, host, data)| {
+                    let r = decompress_cluster(comp, &data, cs).map_err(|reason| {
+                        Qcow2Error::BadCompressedCluster {
+                            offset: host,
+                            reason,
+                        }
+                    });
+                    (guest, r)
                 })
-            })
-            .collect();
-        for ((guest, _, _), out) in batch.iter().zip(decoded) {
-            let out = out.map_err(ferr)?;
-            self.write_guest(*guest, &out)?;
+                .collect();
+            let _ = tx.send(out);
+        });
+        self.inflight.push_back(rx);
+        while self.inflight.len() > MAX_INFLIGHT {
+            self.collect_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest decode batch and writes it.
+    fn collect_batch(&mut self) -> Result<()> {
+        let Some(rx) = self.inflight.pop_front() else {
+            return Ok(());
+        };
+        let out = rx.recv().map_err(|_| Error::SourceRead {
+            offset: 0,
+            source: io::Error::other("decoder thread failed"),
+        })?;
+        for (guest, r) in out {
+            let data = r.map_err(ferr)?;
+            self.write_guest(guest, &data)?;
         }
         Ok(())
     }
