@@ -66,9 +66,8 @@ impl FromStr for ExpectedChecksum {
     /// Parses `algorithm:hex`. The algorithm is trimmed and case-insensitive; the hex must have the
     /// algorithm's length.
     fn from_str(s: &str) -> Result<Self, String> {
-        let (algo, hex) = s
-            .split_once(':')
-            .ok_or_else(|| format!("Invalid checksum format: {s:?}: expected algorithm:hash"))?;
+        let (algo, hex) =
+            s.split_once(':').ok_or_else(|| format!("Invalid checksum format: {s:?}: expected algorithm:hash"))?;
         let algorithm = match algo.trim().to_ascii_lowercase().as_str() {
             "md5" => Algorithm::Md5,
             "sha1" => Algorithm::Sha1,
@@ -166,16 +165,8 @@ impl Hasher {
             // Without a thread (resource exhaustion), hash inline.
             None => (None, None, None),
         };
-        let shared = Shared {
-            pending: Vec::new(),
-            tx,
-            thread,
-            result,
-        };
-        let h = Hasher {
-            algorithm,
-            shared: Arc::new(Mutex::new(shared)),
-        };
+        let shared = Shared { pending: Vec::new(), tx, thread, result };
+        let h = Hasher { algorithm, shared: Arc::new(Mutex::new(shared)) };
         if h.lock().tx.is_none() {
             tracing::warn!("no hashing thread; hashing inline");
         }
@@ -220,11 +211,7 @@ impl Hasher {
             };
             sh.result = Some(hex);
         }
-        format!(
-            "{}:{}",
-            self.algorithm.name(),
-            sh.result.as_deref().unwrap_or("")
-        )
+        format!("{}:{}", self.algorithm.name(), sh.result.as_deref().unwrap_or(""))
     }
 
     /// Finalises and compares with the expectation, giving CDI's mismatch error.
@@ -233,10 +220,7 @@ impl Hasher {
         if got == expected.to_string() {
             Ok(got)
         } else {
-            Err(crate::Error::ChecksumMismatch {
-                expected: expected.to_string(),
-                calculated: got,
-            })
+            Err(crate::Error::ChecksumMismatch { expected: expected.to_string(), calculated: got })
         }
     }
 }
@@ -268,19 +252,12 @@ mod tests {
 
     #[test]
     fn parse() {
-        let ok: ExpectedChecksum =
-            " SHA256 :E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855"
-                .parse()
-                .unwrap_or_else(|e| panic!("{e}"));
+        let ok: ExpectedChecksum = " SHA256 :E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ok.algorithm, Algorithm::Sha256);
         assert!(ok.hex.starts_with("e3b0"));
-        for bad in [
-            "sha256",
-            "crc32:00",
-            "md5:xyz",
-            "sha1:00",
-            "md5:0123456789abcdef0123456789abcdeg",
-        ] {
+        for bad in ["sha256", "crc32:00", "md5:xyz", "sha1:00", "md5:0123456789abcdef0123456789abcdeg"] {
             assert!(bad.parse::<ExpectedChecksum>().is_err(), "{bad}");
         }
     }
@@ -289,14 +266,8 @@ mod tests {
     fn known_digests() {
         let cases = [
             (Algorithm::Md5, "md5:900150983cd24fb0d6963f7d28e17f72"),
-            (
-                Algorithm::Sha1,
-                "sha1:a9993e364706816aba3e25717850c26c9cd0d89d",
-            ),
-            (
-                Algorithm::Sha256,
-                "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
-            ),
+            (Algorithm::Sha1, "sha1:a9993e364706816aba3e25717850c26c9cd0d89d"),
+            (Algorithm::Sha256, "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
         ];
         for (a, want) in cases {
             let h = Hasher::new(a);
@@ -304,30 +275,15 @@ mod tests {
             let mut out = Vec::new();
             r.read_to_end(&mut out).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(h.hex(), want);
-            assert!(
-                h.verify(&want.parse().unwrap_or_else(|e| panic!("{e}")))
-                    .is_ok()
-            );
+            assert!(h.verify(&want.parse().unwrap_or_else(|e| panic!("{e}"))).is_ok());
         }
         let h = Hasher::new(Algorithm::Sha512);
         h.update(b"abc");
         assert!(h.hex().starts_with("sha512:ddaf35a193617aba"));
-        let wrong: ExpectedChecksum = format!("md5:{}", "0".repeat(32))
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let wrong: ExpectedChecksum = format!("md5:{}", "0".repeat(32)).parse().unwrap_or_else(|e| panic!("{e}"));
         let h = Hasher::new(Algorithm::Md5);
-        let err = h
-            .verify(&wrong)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            err.starts_with("checksum mismatch: expected md5:000"),
-            "{err}"
-        );
-        assert!(
-            err.contains("calculated md5:d41d8cd98f00b204e9800998ecf8427e"),
-            "{err}"
-        );
+        let err = h.verify(&wrong).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.starts_with("checksum mismatch: expected md5:000"), "{err}");
+        assert!(err.contains("calculated md5:d41d8cd98f00b204e9800998ecf8427e"), "{err}");
     }
 }

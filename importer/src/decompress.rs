@@ -44,10 +44,7 @@ struct XzMulti {
 
 impl XzMulti {
     fn new(inner: BufReader<BoxRead>) -> io::Result<Self> {
-        Ok(XzMulti {
-            decoder: Some(liblzma::bufread::XzDecoder::new_stream(inner, mt_stream()?)),
-            finished: false,
-        })
+        Ok(XzMulti { decoder: Some(liblzma::bufread::XzDecoder::new_stream(inner, mt_stream()?)), finished: false })
     }
 }
 
@@ -153,9 +150,7 @@ mod tests {
         let mut all = e.finish()?;
         all.extend(b"junk");
         let mut out = Vec::new();
-        let err = wrap(Compression::Xz, Box::new(io::Cursor::new(all)))?
-            .read_to_end(&mut out)
-            .err();
+        let err = wrap(Compression::Xz, Box::new(io::Cursor::new(all)))?.read_to_end(&mut out).err();
         assert!(err.is_some_and(|e| e.to_string().contains("trailing garbage")));
         Ok(())
     }
@@ -173,13 +168,9 @@ mod tests {
     #[test]
     fn corrupt_gzip_fails() {
         let mut out = Vec::new();
-        let r = wrap(
-            Compression::Gzip,
-            Box::new(io::Cursor::new(vec![
-                0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff,
-            ])),
-        )
-        .and_then(|mut r| r.read_to_end(&mut out));
+        let r =
+            wrap(Compression::Gzip, Box::new(io::Cursor::new(vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff])))
+                .and_then(|mut r| r.read_to_end(&mut out));
         assert!(r.is_err());
     }
 }

@@ -137,18 +137,9 @@ mod tests {
 
     #[test]
     fn compressions() {
-        assert_eq!(
-            Compression::detect(&[0x1f, 0x8b, 8, 0]),
-            Some(Compression::Gzip)
-        );
-        assert_eq!(
-            Compression::detect(b"\xfd7zXZ\x00\x00"),
-            Some(Compression::Xz)
-        );
-        assert_eq!(
-            Compression::detect(&[0x28, 0xb5, 0x2f, 0xfd, 0]),
-            Some(Compression::Zstd)
-        );
+        assert_eq!(Compression::detect(&[0x1f, 0x8b, 8, 0]), Some(Compression::Gzip));
+        assert_eq!(Compression::detect(b"\xfd7zXZ\x00\x00"), Some(Compression::Xz));
+        assert_eq!(Compression::detect(&[0x28, 0xb5, 0x2f, 0xfd, 0]), Some(Compression::Zstd));
         assert_eq!(Compression::detect(b"BZh91AY"), Some(Compression::Bzip2));
         assert_eq!(Compression::detect(b"BZhx"), None);
         assert_eq!(Compression::detect(b"QFI\xfb"), None);

@@ -62,7 +62,7 @@ pub enum Error {
         source: io::Error,
     },
     /// Decompression failed (corrupt or truncated compressed stream).
-    #[error("{compression} decompression failed")]
+    #[error("{} {compression} data", if is_truncation(source) { "truncated" } else { "corrupt" })]
     Decompress {
         /// The compression being decoded.
         compression: crate::detect::Compression,
@@ -87,9 +87,7 @@ pub enum Error {
         calculated: String,
     },
     /// `--size` is smaller than the image.
-    #[error(
-        "requested size {requested} bytes is smaller than the image's virtual size {virtual_size} bytes"
-    )]
+    #[error("requested size {requested} bytes is smaller than the image's virtual size {virtual_size} bytes")]
     SizeTooSmall {
         /// The requested size.
         requested: u64,
@@ -158,13 +156,11 @@ impl Error {
                     ErrorKind::Io
                 }
             }
-            Error::Decompress { .. } | Error::Format { .. } | Error::QemuImg { .. } => {
-                ErrorKind::InvalidImage
-            }
+            Error::Decompress { .. } | Error::Format { .. } | Error::QemuImg { .. } => ErrorKind::InvalidImage,
             Error::ChecksumMismatch { .. } => ErrorKind::Checksum,
-            Error::SizeTooSmall { .. }
-            | Error::TargetTooSmall { .. }
-            | Error::DataBeyondTarget { .. } => ErrorKind::Capacity,
+            Error::SizeTooSmall { .. } | Error::TargetTooSmall { .. } | Error::DataBeyondTarget { .. } => {
+                ErrorKind::Capacity
+            }
             Error::ScratchRequired(_) => ErrorKind::ScratchRequired,
         }
     }
@@ -182,6 +178,15 @@ impl Error {
     pub fn one_line(&self) -> String {
         chain_line(self)
     }
+}
+
+/// Whether a decoder error means the compressed stream ended too early.
+fn is_truncation(e: &io::Error) -> bool {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        return true;
+    }
+    let m = e.to_string().to_ascii_lowercase();
+    ["incomplete", "premature", "not finished", "eof", "truncated", "unexpected end"].iter().any(|p| m.contains(p))
 }
 
 /// Formats an error and its `source()` chain on one line, skipping causes whose text the parent already shows.

@@ -7,7 +7,7 @@ use crate::detect::ImageFormat;
 use crate::format::qcow2::Header;
 use crate::format::qcow2::header::Encryption;
 use crate::format::{FormatError, HeaderInfo, peek_header, qemu_img};
-use crate::pipeline::probe;
+use crate::pipeline::{compression_name, probe};
 use crate::progress::Progress;
 use crate::source::{HttpOptions, SourceLocation};
 use crate::{Error, Result};
@@ -34,31 +34,14 @@ pub struct InfoReport {
 }
 
 /// Inspects `location`. Must run on a blocking thread inside the runtime of `rt`.
-pub fn info(
-    location: &SourceLocation,
-    http: &HttpOptions,
-    rt: &tokio::runtime::Handle,
-) -> Result<InfoReport> {
+pub fn info(location: &SourceLocation, http: &HttpOptions, rt: &tokio::runtime::Handle) -> Result<InfoReport> {
     let p = probe(location, http, rt, &Progress::new(), None)?;
     let compressed = !p.compressions.is_empty();
-    let compression = if compressed {
-        p.compressions
-            .iter()
-            .map(|c| c.name())
-            .collect::<Vec<_>>()
-            .join("+")
-    } else {
-        String::from("none")
-    };
+    let compression = compression_name(&p.compressions);
     let hi = match p.format {
         ImageFormat::Qcow2 => {
-            let h =
-                Header::parse(&p.head, if compressed { None } else { p.size }).map_err(|e| {
-                    Error::Format {
-                        format: ImageFormat::Qcow2,
-                        source: FormatError::Qcow2(e),
-                    }
-                })?;
+            let h = Header::parse(&p.head, if compressed { None } else { p.size })
+                .map_err(|e| Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) })?;
             HeaderInfo {
                 virtual_size: Some(h.virtual_size),
                 cluster_size: Some(h.cluster_size()),
@@ -67,10 +50,9 @@ pub fn info(
                 encrypted: h.encryption != Encryption::None,
             }
         }
-        ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Tar => HeaderInfo {
-            virtual_size: if compressed { None } else { p.size },
-            ..HeaderInfo::default()
-        },
+        ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Tar => {
+            HeaderInfo { virtual_size: if compressed { None } else { p.size }, ..HeaderInfo::default() }
+        }
         f => match (&p.local_path, compressed) {
             (Some(path), false) => {
                 let qi = qemu_img::info(path, f)?;

@@ -7,7 +7,7 @@
 //!                                                                               │
 //!                        plan::plan (pure) ◄─────────────────────────────────────┘
 //!                              │
-//!        Stream │ Qcow2 { Random | MemorySpill | ScratchSpill } │ QemuImg { LocalFile | Spool }
+//!        Stream │ Qcow2 { Random | Spill } │ QemuImg { LocalFile | Spool }
 //!                              │
 //!                          sink::Sink (file: holes; block: zeroing) ─► fsync
 //! ```

@@ -13,11 +13,7 @@ use importer::source::{HttpOptions, SourceLocation, http::parse_header};
 use importer::{ImportRequest, size::parse_size};
 
 #[derive(Parser)]
-#[command(
-    name = "importer",
-    version,
-    about = "Import disk images into files or block devices, CDI-compatible"
-)]
+#[command(name = "importer", version, about = "Import disk images into files or block devices, CDI-compatible")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -56,11 +52,7 @@ struct HttpArgs {
 
 impl HttpArgs {
     fn options(&self) -> anyhow::Result<HttpOptions> {
-        let headers = self
-            .headers
-            .iter()
-            .map(|h| parse_header(h))
-            .collect::<Result<Vec<_>, _>>()?;
+        let headers = self.headers.iter().map(|h| parse_header(h)).collect::<Result<Vec<_>, _>>()?;
         let basic_auth = match (&self.access_key_id, &self.secret_key) {
             (Some(u), Some(p)) if !u.is_empty() => Some((u.clone(), p.clone())),
             (Some(u), None) if !u.is_empty() => Some((u.clone(), String::new())),
@@ -95,7 +87,7 @@ enum Cmd {
         /// Allocate the whole target.
         #[arg(long)]
         preallocate: bool,
-        /// Scratch directory, used only when the format and source need one.
+        /// Scratch directory, used only when the format and source need one [default: $TMPDIR or /tmp].
         #[arg(long, value_name = "DIR")]
         scratch: Option<PathBuf>,
         /// Result format on stdout.
@@ -122,10 +114,7 @@ enum Cmd {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IMPORTER_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("IMPORTER_LOG").unwrap_or_else(|_| "warn".into()))
         .with_target(false)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
@@ -144,49 +133,30 @@ fn main() -> ExitCode {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let rt = runtime()?;
     match cli.cmd {
-        Cmd::Import {
-            source,
-            dest,
-            checksum,
-            size,
-            preallocate,
-            scratch,
-            output,
-            no_progress,
-            http,
-        } => {
+        Cmd::Import { source, dest, checksum, size, preallocate, scratch, output, no_progress, http } => {
             let req = ImportRequest {
                 source: SourceLocation::parse(&source)?,
                 dest,
-                checksum: checksum
-                    .map(|c| c.parse::<ExpectedChecksum>())
-                    .transpose()
-                    .map_err(anyhow::Error::msg)?,
-                size: size
-                    .map(|s| parse_size(&s))
-                    .transpose()
-                    .map_err(anyhow::Error::msg)?,
+                checksum: checksum.map(|c| c.parse::<ExpectedChecksum>()).transpose().map_err(anyhow::Error::msg)?,
+                size: size.map(|s| parse_size(&s)).transpose().map_err(anyhow::Error::msg)?,
                 preallocate,
                 http: http.options()?,
-                scratch,
+                scratch: Some(scratch.unwrap_or_else(std::env::temp_dir)),
             };
             let progress = Progress::new();
-            let bar = (!no_progress && std::io::stderr().is_terminal())
-                .then(|| spawn_bar(progress.clone()));
+            let bar = (!no_progress && std::io::stderr().is_terminal()).then(|| spawn_bar(progress.clone()));
             let handle = rt.handle().clone();
             let p2 = progress.clone();
-            let result = rt.block_on(async move {
-                tokio::task::spawn_blocking(move || importer::import(&req, &p2, &handle)).await
-            })?;
+            let result =
+                rt.block_on(
+                    async move { tokio::task::spawn_blocking(move || importer::import(&req, &p2, &handle)).await },
+                )?;
             if let Some((stop, t)) = bar {
                 let _ = stop.send(());
                 let _ = t.join();
@@ -203,33 +173,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     report.bytes_read,
                     report.bytes_written,
                     report.seconds,
-                    report
-                        .checksum
-                        .as_ref()
-                        .map(|c| format!(", checksum {c} verified"))
-                        .unwrap_or_default()
+                    report.checksum.as_ref().map(|c| format!(", checksum {c} verified")).unwrap_or_default()
                 ),
             }
             Ok(())
         }
-        Cmd::Info {
-            source,
-            output,
-            http,
-        } => {
+        Cmd::Info { source, output, http } => {
             let loc = SourceLocation::parse(&source)?;
             let opts = http.options()?;
             let handle = rt.handle().clone();
             let report = rt.block_on(async move {
-                tokio::task::spawn_blocking(move || importer::info::info(&loc, &opts, &handle))
-                    .await
+                tokio::task::spawn_blocking(move || importer::info::info(&loc, &opts, &handle)).await
             })??;
             match output {
                 Output::Json => println!("{}", serde_json::to_string(&report)?),
                 Output::Text => {
-                    let opt = |v: Option<u64>| {
-                        v.map_or_else(|| String::from("unknown"), |v| v.to_string())
-                    };
+                    let opt = |v: Option<u64>| v.map_or_else(|| String::from("unknown"), |v| v.to_string());
                     let yn = |b: bool| if b { "yes" } else { "no" };
                     println!("format: {}", report.format);
                     println!("compression: {}", report.compression);
@@ -255,13 +214,11 @@ fn spawn_bar(progress: Progress) -> (std::sync::mpsc::Sender<()>, std::thread::J
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
         .progress_chars("=> ");
-        let pct =
-            indicatif::ProgressStyle::with_template("{msg:>22} [{bar:30}] {percent}% ETA {eta}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> ");
-        let spin =
-            indicatif::ProgressStyle::with_template("{msg:>22} {spinner} {bytes} {bytes_per_sec}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
+        let pct = indicatif::ProgressStyle::with_template("{msg:>22} [{bar:30}] {percent}% ETA {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> ");
+        let spin = indicatif::ProgressStyle::with_template("{msg:>22} {spinner} {bytes} {bytes_per_sec}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
         let mut phase = None;
         loop {
             let s = progress.snapshot();

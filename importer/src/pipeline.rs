@@ -80,10 +80,7 @@ pub fn untag(e: io::Error, offset: u64) -> Error {
         {
             return *err;
         }
-        return Error::SourceRead {
-            offset,
-            source: io::Error::other("lost error"),
-        };
+        return Error::SourceRead { offset, source: io::Error::other("lost error") };
     }
     Error::SourceRead { offset, source: e }
 }
@@ -147,12 +144,7 @@ pub fn probe(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<Probed> {
-    let OpenedSource {
-        stream,
-        size,
-        random_access,
-        local_path,
-    } = source::open(location, http, rt)?;
+    let OpenedSource { stream, size, random_access, local_path } = source::open(location, http, rt)?;
     let loc = location.clone();
     let counted = CountingReader::new(stream, progress.clone());
     let raw: BoxRead = match hasher {
@@ -163,10 +155,9 @@ pub fn probe(
         inner: raw,
         pos: 0,
         f: move |e: io::Error, offset| match &loc {
-            SourceLocation::Http(u) => Error::Http {
-                url: u.to_string(),
-                message: format!("transfer failed at byte {offset}: {e}"),
-            },
+            SourceLocation::Http(u) => {
+                Error::Http { url: u.to_string(), message: format!("transfer failed at byte {offset}: {e}") }
+            }
             SourceLocation::File(_) => Error::SourceRead { offset, source: e },
         },
     });
@@ -177,17 +168,12 @@ pub fn probe(
         match Compression::detect(&head) {
             Some(c) if compressions.len() < MAX_NESTING && !compressions.contains(&c) => {
                 compressions.push(c);
-                let inner = decompress::wrap(c, stream).map_err(|source| Error::Decompress {
-                    compression: c,
-                    source,
-                })?;
+                let inner =
+                    decompress::wrap(c, stream).map_err(|source| Error::Decompress { compression: c, source })?;
                 stream = Box::new(Tagger {
                     inner,
                     pos: 0,
-                    f: move |source, _| Error::Decompress {
-                        compression: c,
-                        source,
-                    },
+                    f: move |source, _| Error::Decompress { compression: c, source },
                 });
             }
             _ => break,
@@ -198,31 +184,16 @@ pub fn probe(
     if format == ImageFormat::Raw && ImageFormat::is_iso(&head) {
         format = ImageFormat::Iso;
     }
-    Ok(Probed {
-        size,
-        random_access,
-        local_path,
-        compressions,
-        format,
-        head,
-        stream,
-    })
+    Ok(Probed { size, random_access, local_path, compressions, format, head, stream })
 }
 
-fn compression_name(c: &[Compression]) -> String {
-    if c.is_empty() {
-        String::from("none")
-    } else {
-        c.iter().map(|c| c.name()).collect::<Vec<_>>().join("+")
-    }
+/// `gzip+xz`-style name of the wrappers, outermost first; `none` without.
+pub fn compression_name(c: &[Compression]) -> String {
+    if c.is_empty() { String::from("none") } else { c.iter().map(|c| c.name()).collect::<Vec<_>>().join("+") }
 }
 
 /// Runs an import. Must be called from a blocking thread inside a Tokio runtime whose handle is `rt`.
-pub fn import(
-    req: &ImportRequest,
-    progress: &Progress,
-    rt: &tokio::runtime::Handle,
-) -> Result<ImportReport> {
+pub fn import(req: &ImportRequest, progress: &Progress, rt: &tokio::runtime::Handle) -> Result<ImportReport> {
     let started = Instant::now();
     let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
     let probed = probe(&req.source, &req.http, rt, progress, hasher.as_ref())?;
@@ -234,14 +205,7 @@ pub fn import(
         scratch: req.scratch.is_some(),
     })?;
     if let Some(dir) = &req.scratch
-        && matches!(
-            plan,
-            Plan::Qcow2 {
-                refetch: RefetchPlan::ScratchSpill
-            } | Plan::QemuImg {
-                input: DelegateInput::Spool
-            }
-        )
+        && matches!(plan, Plan::Qcow2 { refetch: RefetchPlan::Spill } | Plan::QemuImg { input: DelegateInput::Spool })
         && !dir.is_dir()
     {
         return Err(Error::Scratch {
@@ -316,15 +280,7 @@ fn execute(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<(u64, u64)> {
-    let Probed {
-        size,
-        random_access,
-        local_path,
-        compressions,
-        format,
-        head,
-        mut stream,
-    } = probed;
+    let Probed { size, random_access, local_path, compressions, format, head, mut stream } = probed;
     let compressed = !compressions.is_empty();
     progress.start_phase(Phase::Import, size);
     // Bytes counted while probing belong to this phase too.
@@ -346,28 +302,16 @@ fn execute(
         }
         Plan::Qcow2 { refetch } => {
             let file_size = (!compressed).then_some(size).flatten();
-            let header = Header::parse(&head, file_size).map_err(|e| Error::Format {
-                format: ImageFormat::Qcow2,
-                source: FormatError::Qcow2(e),
-            })?;
+            let header = Header::parse(&head, file_size)
+                .map_err(|e| Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) })?;
             let target = plan::target_size(header.virtual_size, req.size, sink.capacity())?;
-            let refetch = match (refetch, random_access) {
-                (RefetchPlan::Random, Some(ra)) => Refetch::Random(ra),
-                (RefetchPlan::ScratchSpill, _) => match &req.scratch {
-                    Some(dir) => Refetch::Spill(Spill::scratch(dir)?),
-                    None => Refetch::Spill(Spill::memory()),
-                },
+            let refetch = match (refetch, random_access, &req.scratch) {
+                (RefetchPlan::Random, Some(ra), _) => Refetch::Random(ra),
+                (_, _, Some(dir)) => Refetch::Spill(Spill::with_overflow(dir)),
                 _ => Refetch::Spill(Spill::memory()),
             };
             let vs = header.virtual_size;
-            qcow2::convert(
-                header,
-                &mut stream,
-                file_size,
-                refetch,
-                sink,
-                hasher.is_some(),
-            )?;
+            qcow2::convert(header, &mut stream, file_size, refetch, sink, hasher.is_some())?;
             if hasher.is_some() {
                 drain(&mut stream)?;
             }
@@ -381,13 +325,13 @@ fn execute(
                     if hasher.is_some() {
                         drain(&mut stream)?;
                     }
-                    local_path
-                        .ok_or_else(|| Error::InvalidRequest(String::from("no local path")))?
+                    local_path.ok_or_else(|| Error::InvalidRequest(String::from("no local path")))?
                 }
                 DelegateInput::Spool => {
-                    let dir = req.scratch.clone().ok_or_else(|| {
-                        Error::ScratchRequired(String::from("no scratch directory"))
-                    })?;
+                    let dir = req
+                        .scratch
+                        .clone()
+                        .ok_or_else(|| Error::ScratchRequired(String::from("no scratch directory")))?;
                     progress.start_phase(Phase::Spool, size);
                     progress.set_done(progress.snapshot().source_bytes);
                     spooled = spool(&mut stream, &dir)?;
@@ -396,6 +340,7 @@ fn execute(
             };
             let info = qemu_img::info(&path, format)?;
             qemu_img::check_safe(&path, format, &info)?;
+            qemu_img::check_integrity(&path, format)?;
             let target = plan::target_size(info.virtual_size, req.size, sink.capacity())?;
             // qemu-img writes the target itself: make it the right size first (files), then convert.
             let (dest, fresh_file) = sink.external_target(info.virtual_size)?;
@@ -404,9 +349,7 @@ fn execute(
             if fresh_file {
                 // qemu-img wrote the data: account for what it allocated.
                 use std::os::unix::fs::MetadataExt;
-                let allocated = std::fs::metadata(&dest)
-                    .map(|m| m.blocks() * 512)
-                    .unwrap_or(0);
+                let allocated = std::fs::metadata(&dest).map(|m| m.blocks() * 512).unwrap_or(0);
                 sink.note_external_write(allocated);
             }
             sink.write_zeroes(info.virtual_size, target - info.virtual_size)?;
@@ -417,14 +360,8 @@ fn execute(
 
 /// Copies the stream into a temporary file in `dir` (removed when dropped).
 fn spool(stream: &mut dyn Read, dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
-    let serr = |source| Error::Scratch {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".importer-spool-")
-        .tempfile_in(dir)
-        .map_err(serr)?;
+    let serr = |source| Error::Scratch { path: dir.to_path_buf(), source };
+    let mut tmp = tempfile::Builder::new().prefix(".importer-spool-").tempfile_in(dir).map_err(serr)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut pos = 0u64;
     loop {
@@ -435,9 +372,7 @@ fn spool(stream: &mut dyn Read, dir: &std::path::Path) -> Result<tempfile::Named
         // Sparse spool: skip zero blocks.
         if sink::is_zero(&buf[..n]) {
             use std::io::{Seek, SeekFrom};
-            tmp.as_file_mut()
-                .seek(SeekFrom::Current(n as i64))
-                .map_err(serr)?;
+            tmp.as_file_mut().seek(SeekFrom::Current(n as i64)).map_err(serr)?;
         } else {
             use std::io::Write;
             tmp.as_file_mut().write_all(&buf[..n]).map_err(serr)?;

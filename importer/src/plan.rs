@@ -5,9 +5,9 @@
 //! ```text
 //! format raw/iso ─────────────────────────────────────────────► Stream (single pass, any source)
 //! format qcow2 ─┬─ uncompressed source with positional reads ──► Qcow2 { refetch: Random }   (no scratch)
-//!               ├─ --scratch given ───────────────────────────► Qcow2 { refetch: ScratchSpill }
-//!               └─ otherwise ─────────────────────────────────► Qcow2 { refetch: MemorySpill } (bounded;
-//!                                                                  fails asking for --scratch if exceeded)
+//!               └─ otherwise ─────────────────────────────────► Qcow2 { refetch: Spill } (memory up to a
+//!                                                                  bound, then the scratch directory; fails
+//!                                                                  asking for scratch space without one)
 //! vmdk/vpc/vhdx/vdi ─┬─ uncompressed local file ──────────────► QemuImg { input: LocalFile }
 //!                    ├─ --scratch given ──────────────────────► QemuImg { input: Spool }
 //!                    └─ otherwise ────────────────────────────► error: scratch space required
@@ -23,10 +23,8 @@ use crate::{Error, Result};
 pub enum RefetchPlan {
     /// Positional reads of the source (file, HTTP Range).
     Random,
-    /// A bounded in-memory store.
-    MemorySpill,
-    /// A file in the scratch directory.
-    ScratchSpill,
+    /// A bounded in-memory store that overflows into the scratch directory, when there is one.
+    Spill,
 }
 
 /// Where `qemu-img` reads the image from.
@@ -60,21 +58,10 @@ impl Plan {
     pub fn name(self) -> &'static str {
         match self {
             Plan::Stream => "stream",
-            Plan::Qcow2 {
-                refetch: RefetchPlan::Random,
-            } => "qcow2-stream+range",
-            Plan::Qcow2 {
-                refetch: RefetchPlan::MemorySpill,
-            } => "qcow2-stream",
-            Plan::Qcow2 {
-                refetch: RefetchPlan::ScratchSpill,
-            } => "qcow2-stream+scratch",
-            Plan::QemuImg {
-                input: DelegateInput::LocalFile,
-            } => "qemu-img",
-            Plan::QemuImg {
-                input: DelegateInput::Spool,
-            } => "scratch+qemu-img",
+            Plan::Qcow2 { refetch: RefetchPlan::Random } => "qcow2-stream+range",
+            Plan::Qcow2 { refetch: RefetchPlan::Spill } => "qcow2-stream",
+            Plan::QemuImg { input: DelegateInput::LocalFile } => "qemu-img",
+            Plan::QemuImg { input: DelegateInput::Spool } => "scratch+qemu-img",
         }
     }
 }
@@ -105,23 +92,13 @@ pub fn plan(p: Probe) -> Result<Plan> {
             )),
         }),
         ImageFormat::Qcow2 => Ok(Plan::Qcow2 {
-            refetch: if p.random_access && !p.compressed {
-                RefetchPlan::Random
-            } else if p.scratch {
-                RefetchPlan::ScratchSpill
-            } else {
-                RefetchPlan::MemorySpill
-            },
+            refetch: if p.random_access && !p.compressed { RefetchPlan::Random } else { RefetchPlan::Spill },
         }),
         f @ (ImageFormat::Vmdk | ImageFormat::Vpc | ImageFormat::Vhdx | ImageFormat::Vdi) => {
             if p.local_file && !p.compressed {
-                Ok(Plan::QemuImg {
-                    input: DelegateInput::LocalFile,
-                })
+                Ok(Plan::QemuImg { input: DelegateInput::LocalFile })
             } else if p.scratch {
-                Ok(Plan::QemuImg {
-                    input: DelegateInput::Spool,
-                })
+                Ok(Plan::QemuImg { input: DelegateInput::Spool })
             } else {
                 Err(Error::ScratchRequired(format!(
                     "{f} images are converted by qemu-img from a seekable file; pass --scratch DIR to spool this source there"
@@ -133,27 +110,17 @@ pub fn plan(p: Probe) -> Result<Plan> {
 
 /// Final target size: the requested size, else the virtual size; a request below the virtual size and a
 /// target too small for the result are errors.
-pub fn target_size(
-    virtual_size: u64,
-    requested: Option<u64>,
-    capacity: Option<u64>,
-) -> Result<u64> {
+pub fn target_size(virtual_size: u64, requested: Option<u64>, capacity: Option<u64>) -> Result<u64> {
     if let Some(r) = requested
         && r < virtual_size
     {
-        return Err(Error::SizeTooSmall {
-            requested: r,
-            virtual_size,
-        });
+        return Err(Error::SizeTooSmall { requested: r, virtual_size });
     }
     let size = requested.unwrap_or(virtual_size);
     if let Some(c) = capacity
         && size > c
     {
-        return Err(Error::TargetTooSmall {
-            virtual_size: size,
-            available: c,
-        });
+        return Err(Error::TargetTooSmall { virtual_size: size, available: c });
     }
     Ok(size)
 }
@@ -162,20 +129,8 @@ pub fn target_size(
 mod tests {
     use super::*;
 
-    fn p(
-        format: ImageFormat,
-        compressed: bool,
-        random_access: bool,
-        local_file: bool,
-        scratch: bool,
-    ) -> Result<Plan> {
-        plan(Probe {
-            format,
-            compressed,
-            random_access,
-            local_file,
-            scratch,
-        })
+    fn p(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
+        plan(Probe { format, compressed, random_access, local_file, scratch })
     }
 
     #[test]
@@ -185,34 +140,12 @@ mod tests {
         use RefetchPlan::*;
         assert_eq!(p(Raw, true, false, false, false).ok(), Some(Plan::Stream));
         assert_eq!(p(Iso, false, true, true, false).ok(), Some(Plan::Stream));
-        assert_eq!(
-            p(Qcow2, false, true, false, false).ok(),
-            Some(Plan::Qcow2 { refetch: Random })
-        );
-        assert_eq!(
-            p(Qcow2, true, true, true, false).ok(),
-            Some(Plan::Qcow2 {
-                refetch: MemorySpill
-            })
-        );
-        assert_eq!(
-            p(Qcow2, false, false, false, true).ok(),
-            Some(Plan::Qcow2 {
-                refetch: ScratchSpill
-            })
-        );
-        assert_eq!(
-            p(Vmdk, false, true, true, false).ok(),
-            Some(Plan::QemuImg { input: LocalFile })
-        );
-        assert_eq!(
-            p(Vdi, true, true, true, true).ok(),
-            Some(Plan::QemuImg { input: Spool })
-        );
-        assert!(matches!(
-            p(Vhdx, false, true, false, false),
-            Err(Error::ScratchRequired(_))
-        ));
+        assert_eq!(p(Qcow2, false, true, false, false).ok(), Some(Plan::Qcow2 { refetch: Random }));
+        assert_eq!(p(Qcow2, true, true, true, false).ok(), Some(Plan::Qcow2 { refetch: Spill }));
+        assert_eq!(p(Qcow2, false, false, false, true).ok(), Some(Plan::Qcow2 { refetch: Spill }));
+        assert_eq!(p(Vmdk, false, true, true, false).ok(), Some(Plan::QemuImg { input: LocalFile }));
+        assert_eq!(p(Vdi, true, true, true, true).ok(), Some(Plan::QemuImg { input: Spool }));
+        assert!(matches!(p(Vhdx, false, true, false, false), Err(Error::ScratchRequired(_))));
         assert!(p(Tar, false, true, true, true).is_err());
     }
 
@@ -220,14 +153,8 @@ mod tests {
     fn sizes() {
         assert_eq!(target_size(100, None, None).ok(), Some(100));
         assert_eq!(target_size(100, Some(200), Some(200)).ok(), Some(200));
-        let e = target_size(100, Some(50), None)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = target_size(100, Some(50), None).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("50") && e.contains("100"), "{e}");
-        assert!(matches!(
-            target_size(100, None, Some(99)),
-            Err(Error::TargetTooSmall { .. })
-        ));
+        assert!(matches!(target_size(100, None, Some(99)), Err(Error::TargetTooSmall { .. })));
     }
 }

@@ -90,9 +90,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Percentage 0–100 of the current phase, when the total is known.
     pub fn percent(&self) -> Option<f64> {
-        self.total
-            .filter(|&t| t > 0)
-            .map(|t| (self.done.min(t) as f64 / t as f64) * 100.0)
+        self.total.filter(|&t| t > 0).map(|t| (self.done.min(t) as f64 / t as f64) * 100.0)
     }
 }
 
@@ -114,17 +112,13 @@ impl Progress {
     /// Enters `phase` with `total` units (bytes) to do; resets the phase counter.
     pub fn start_phase(&self, phase: Phase, total: Option<u64>) {
         self.inner.done.store(0, Ordering::Relaxed);
-        self.inner
-            .total
-            .store(total.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.inner.total.store(total.unwrap_or(u64::MAX), Ordering::Relaxed);
         self.inner.phase.store(phase as u8, Ordering::Release);
     }
 
     /// Changes the current phase's total.
     pub fn set_total(&self, total: Option<u64>) {
-        self.inner
-            .total
-            .store(total.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.inner.total.store(total.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Sets the current phase's absolute position.

@@ -61,27 +61,17 @@ pub trait Sink: Send {
 pub fn is_zero(buf: &[u8]) -> bool {
     let chunks = buf.chunks_exact(16);
     let rem = chunks.remainder();
-    chunks
-        .map(|c| <[u8; 16]>::try_from(c).map_or(1, u128::from_ne_bytes))
-        .all(|w| w == 0)
+    chunks.map(|c| <[u8; 16]>::try_from(c).map_or(1, u128::from_ne_bytes)).all(|w| w == 0)
         && rem.iter().all(|&b| b == 0)
 }
 
 /// Opens DEST: a block device (detected by `stat`) is opened for writing; anything else is treated as a
 /// regular file, which is removed if present and created anew.
 pub fn open(dest: &Path, preallocate: bool) -> Result<Box<dyn Sink>> {
-    let sink_err = |source| Error::Sink {
-        path: dest.to_path_buf(),
-        source,
-    };
+    let sink_err = |source| Error::Sink { path: dest.to_path_buf(), source };
     match fs::metadata(dest) {
-        Ok(m) if m.file_type().is_block_device() => {
-            Ok(Box::new(TargetSink::open_block(dest, preallocate)?))
-        }
-        Ok(m) if m.is_dir() => Err(sink_err(io::Error::new(
-            io::ErrorKind::IsADirectory,
-            "destination is a directory",
-        ))),
+        Ok(m) if m.file_type().is_block_device() => Ok(Box::new(TargetSink::open_block(dest, preallocate)?)),
+        Ok(m) if m.is_dir() => Err(sink_err(io::Error::new(io::ErrorKind::IsADirectory, "destination is a directory"))),
         Ok(m) if !m.is_file() => Err(sink_err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "destination is neither a regular file nor a block device",
@@ -92,11 +82,7 @@ pub fn open(dest: &Path, preallocate: bool) -> Result<Box<dyn Sink>> {
 
 /// Splits `[offset, offset+data.len())` into runs of data and of zero blocks (aligned to [`ZERO_BLOCK`] in
 /// target offsets) and calls `f(offset, run, is_zero)` for each run in order.
-fn for_each_run(
-    offset: u64,
-    data: &[u8],
-    mut f: impl FnMut(u64, &[u8], bool) -> io::Result<()>,
-) -> io::Result<()> {
+fn for_each_run(offset: u64, data: &[u8], mut f: impl FnMut(u64, &[u8], bool) -> io::Result<()>) -> io::Result<()> {
     let mut pos = 0usize;
     let mut run_start = 0usize;
     let mut run_zero: Option<bool> = None;
@@ -168,15 +154,9 @@ impl Target {
         if self.fallocate_ok {
             let keep = FallocateFlags::KEEP_SIZE;
             let modes = if self.preallocate {
-                [
-                    FallocateFlags::ZERO_RANGE | keep,
-                    FallocateFlags::ZERO_RANGE | keep,
-                ]
+                [FallocateFlags::ZERO_RANGE | keep, FallocateFlags::ZERO_RANGE | keep]
             } else {
-                [
-                    FallocateFlags::PUNCH_HOLE | keep,
-                    FallocateFlags::ZERO_RANGE | keep,
-                ]
+                [FallocateFlags::PUNCH_HOLE | keep, FallocateFlags::ZERO_RANGE | keep]
             };
             for mode in modes {
                 if rustix::fs::fallocate(&self.file, mode, offset, len).is_ok() {
@@ -198,12 +178,7 @@ impl Target {
     }
 
     /// The thread body: applies ops until the channel closes; nudges the flusher every [`FLUSH_EVERY`].
-    fn run(
-        mut self,
-        ops: Receiver<Op>,
-        recycle: Sender<Vec<u8>>,
-        flush: SyncSender<()>,
-    ) -> io::Result<u64> {
+    fn run(mut self, ops: Receiver<Op>, recycle: Sender<Vec<u8>>, flush: SyncSender<()>) -> io::Result<u64> {
         let mut since_flush = 0u64;
         for op in ops {
             match op {
@@ -237,32 +212,23 @@ impl Writer {
         let (rec_tx, rec_rx) = mpsc::channel();
         let (flush_tx, flush_rx) = mpsc::sync_channel::<()>(1);
         let flush_file = target.file.try_clone()?;
-        let flusher = std::thread::Builder::new()
-            .name("sink-flush".into())
-            .spawn(move || {
-                for () in flush_rx {
-                    // Errors surface at the final fsync.
-                    let _ = rustix::fs::fdatasync(&flush_file);
-                }
-            })?;
+        let flusher = std::thread::Builder::new().name("sink-flush".into()).spawn(move || {
+            for () in flush_rx {
+                // Errors surface at the final fsync.
+                let _ = rustix::fs::fdatasync(&flush_file);
+            }
+        })?;
         let thread = std::thread::Builder::new()
             .name("sink-write".into())
             .spawn(move || target.run(ops_rx, rec_tx, flush_tx))?;
-        Ok(Writer {
-            ops: Some(ops_tx),
-            recycled: rec_rx,
-            thread: Some(thread),
-            flusher: Some(flusher),
-        })
+        Ok(Writer { ops: Some(ops_tx), recycled: rec_rx, thread: Some(thread), flusher: Some(flusher) })
     }
 
     /// Stops the threads; returns the bytes written or the first error.
     fn stop(&mut self) -> io::Result<u64> {
         self.ops = None;
         let r = match self.thread.take() {
-            Some(t) => t
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("writer thread panicked"))),
+            Some(t) => t.join().unwrap_or_else(|_| Err(io::Error::other("writer thread panicked"))),
             None => Err(io::Error::other("target already closed")),
         };
         if let Some(f) = self.flusher.take() {
@@ -289,30 +255,19 @@ pub struct TargetSink {
 impl TargetSink {
     /// Removes whatever regular file is at `path` and creates an empty one (mode 0644 before umask).
     pub fn create_file(path: &Path, preallocate: bool) -> Result<Self> {
-        let err = |source| Error::Sink {
-            path: path.to_path_buf(),
-            source,
-        };
+        let err = |source| Error::Sink { path: path.to_path_buf(), source };
         match fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(err(e)),
         }
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(path)
-            .map_err(err)?;
+        let file = OpenOptions::new().write(true).create_new(true).mode(0o644).open(path).map_err(err)?;
         Self::new(path, file, Kind::File, preallocate)
     }
 
     /// Opens a block device exclusively (`O_EXCL`: fails if it is mounted) and reads its size.
     pub fn open_block(path: &Path, preallocate: bool) -> Result<Self> {
-        let err = |source| Error::Sink {
-            path: path.to_path_buf(),
-            source,
-        };
+        let err = |source| Error::Sink { path: path.to_path_buf(), source };
         let mut file = OpenOptions::new()
             .write(true)
             .custom_flags(rustix::fs::OFlags::EXCL.bits() as i32)
@@ -323,17 +278,8 @@ impl TargetSink {
     }
 
     fn new(path: &Path, file: File, kind: Kind, preallocate: bool) -> Result<Self> {
-        let err = |source| Error::Sink {
-            path: path.to_path_buf(),
-            source,
-        };
-        let target = Target {
-            file: file.try_clone().map_err(err)?,
-            kind,
-            preallocate,
-            fallocate_ok: true,
-            written: 0,
-        };
+        let err = |source| Error::Sink { path: path.to_path_buf(), source };
+        let target = Target { file: file.try_clone().map_err(err)?, kind, preallocate, fallocate_ok: true, written: 0 };
         Ok(TargetSink {
             path: path.to_path_buf(),
             file,
@@ -348,20 +294,14 @@ impl TargetSink {
     }
 
     fn err(&self, source: io::Error) -> Error {
-        Error::Sink {
-            path: self.path.clone(),
-            source,
-        }
+        Error::Sink { path: self.path.clone(), source }
     }
 
     fn check_bounds(&self, offset: u64, len: u64) -> Result<()> {
         if let Kind::Block { size } = self.kind
             && offset.checked_add(len).is_none_or(|end| end > size)
         {
-            return Err(Error::DataBeyondTarget {
-                limit: size,
-                offset,
-            });
+            return Err(Error::DataBeyondTarget { limit: size, offset });
         }
         Ok(())
     }
@@ -416,8 +356,7 @@ impl Sink for TargetSink {
         let mut data = data;
         while !data.is_empty() {
             if !self.buf.is_empty()
-                && (self.buf_off + self.buf.len() as u64 != offset
-                    || self.buf.len() >= WRITE_BUFFER)
+                && (self.buf_off + self.buf.len() as u64 != offset || self.buf.len() >= WRITE_BUFFER)
             {
                 self.flush_buf()?;
             }
@@ -455,11 +394,7 @@ impl Sink for TargetSink {
             }
         }
         self.file.sync_all().map_err(|e| self.err(e))?;
-        Ok(SinkReport {
-            size: len,
-            bytes_written: self.bytes_written,
-            preallocated: self.preallocate,
-        })
+        Ok(SinkReport { size: len, bytes_written: self.bytes_written, preallocated: self.preallocate })
     }
 
     fn abort(&mut self) {
@@ -512,27 +447,14 @@ mod tests {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            runs,
-            vec![
-                (2048, 2048, true),
-                (4096, 4096, false),
-                (8192, 3 * 4096 - 2048 - 4096, true)
-            ]
-        );
+        assert_eq!(runs, vec![(2048, 2048, true), (4096, 4096, false), (8192, 3 * 4096 - 2048 - 4096, true)]);
     }
 
     #[test]
     fn file_sink_is_sparse_and_exact() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| Error::Sink {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tempfile::tempdir().map_err(|e| Error::Sink { path: "tmp".into(), source: e })?;
         let p = dir.path().join("out.img");
-        fs::write(&p, b"old content").map_err(|e| Error::Sink {
-            path: p.clone(),
-            source: e,
-        })?;
+        fs::write(&p, b"old content").map_err(|e| Error::Sink { path: p.clone(), source: e })?;
         let mut s = TargetSink::create_file(&p, false)?;
         s.write_at(0, &[1u8; 100])?;
         s.write_at(100, &vec![0u8; 8 << 20])?;
@@ -541,10 +463,7 @@ mod tests {
         let rep = s.finish(32 << 20)?;
         assert_eq!(rep.size, 32 << 20);
         assert_eq!(rep.bytes_written, 4096 + 4); // the block holding data is written whole
-        let got = fs::read(&p).map_err(|e| Error::Sink {
-            path: p.clone(),
-            source: e,
-        })?;
+        let got = fs::read(&p).map_err(|e| Error::Sink { path: p.clone(), source: e })?;
         assert_eq!(got.len(), 32 << 20);
         assert!(got[..100].iter().all(|&b| b == 1));
         assert!(is_zero(&got[100..16 << 20]));
@@ -557,10 +476,7 @@ mod tests {
 
     #[test]
     fn abort_removes_file() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| Error::Sink {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tempfile::tempdir().map_err(|e| Error::Sink { path: "tmp".into(), source: e })?;
         let p = dir.path().join("out.img");
         let mut s = TargetSink::create_file(&p, false)?;
         s.write_at(0, b"x")?;

@@ -5,9 +5,7 @@
 /// Parses a size such as `1073741824`, `10G`, `10Gi`, `512M`, `1.5G`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     if num.is_empty() {
         return Err(format!("invalid size {s:?}"));
@@ -22,9 +20,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         other => return Err(format!("invalid size suffix {other:?} in {s:?}")),
     };
     if let Ok(n) = num.parse::<u64>() {
-        return n
-            .checked_mul(mult)
-            .ok_or_else(|| format!("size {s:?} overflows"));
+        return n.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"));
     }
     let f: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
     let v = f * mult as f64;

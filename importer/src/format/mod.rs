@@ -38,10 +38,7 @@ pub fn copy_raw(stream: &mut dyn Read, sink: &mut dyn Sink, limit: Option<u64>) 
         if let Some(l) = limit
             && pos + n as u64 > l
         {
-            return Err(Error::DataBeyondTarget {
-                limit: l,
-                offset: pos.max(l),
-            });
+            return Err(Error::DataBeyondTarget { limit: l, offset: pos.max(l) });
         }
         sink.write_at(pos, &buf[..n])?;
         pos += n as u64;

@@ -35,17 +35,11 @@ impl RandomAccess for FileAccess {
 
 /// Opens a local file (a regular file or a block device).
 pub fn open(path: &Path) -> Result<OpenedSource> {
-    let err = |source| Error::OpenSource {
-        path: path.to_path_buf(),
-        source,
-    };
+    let err = |source| Error::OpenSource { path: path.to_path_buf(), source };
     let file = File::open(path).map_err(err)?;
     let meta = file.metadata().map_err(err)?;
     if meta.is_dir() {
-        return Err(err(io::Error::new(
-            io::ErrorKind::IsADirectory,
-            "is a directory",
-        )));
+        return Err(err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")));
     }
     let size = {
         use std::io::{Seek, SeekFrom};
@@ -54,10 +48,7 @@ pub fn open(path: &Path) -> Result<OpenedSource> {
         f.seek(SeekFrom::Start(0)).map_err(err)?;
         s
     };
-    let access = FileAccess {
-        file: file.try_clone().map_err(err)?,
-        size,
-    };
+    let access = FileAccess { file: file.try_clone().map_err(err)?, size };
     Ok(OpenedSource {
         stream: Box::new(file),
         size: Some(size),

@@ -59,15 +59,14 @@ impl Default for HttpOptions {
 
 /// Parses `Name: value` into a header pair.
 pub fn parse_header(line: &str) -> Result<(String, String)> {
-    let (name, value) = line.split_once(':').ok_or_else(|| {
-        Error::InvalidRequest(format!("invalid header {line:?}: expected 'Name: value'"))
-    })?;
+    let (name, value) = line
+        .split_once(':')
+        .ok_or_else(|| Error::InvalidRequest(format!("invalid header {line:?}: expected 'Name: value'")))?;
     let name = name.trim();
     HeaderName::from_bytes(name.as_bytes())
         .map_err(|e| Error::InvalidRequest(format!("invalid header name {name:?}: {e}")))?;
     let value = value.trim();
-    HeaderValue::from_str(value)
-        .map_err(|e| Error::InvalidRequest(format!("invalid header value for {name}: {e}")))?;
+    HeaderValue::from_str(value).map_err(|e| Error::InvalidRequest(format!("invalid header value for {name}: {e}")))?;
     Ok((name.to_string(), value.to_string()))
 }
 
@@ -108,8 +107,8 @@ fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
         .tls_danger_accept_invalid_certs(opts.insecure);
     if let Some(dir) = &opts.cert_dir {
         let mut certs = Vec::new();
-        let entries = fs::read_dir(dir)
-            .map_err(|e| Error::InvalidRequest(format!("cert dir {}: {e}", dir.display())))?;
+        let entries =
+            fs::read_dir(dir).map_err(|e| Error::InvalidRequest(format!("cert dir {}: {e}", dir.display())))?;
         let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         paths.sort();
         for p in paths {
@@ -117,33 +116,26 @@ fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
             if name.starts_with('.') || !p.is_file() {
                 continue; // ConfigMap mounts carry ..data symlink dirs and dot files
             }
-            let pem = fs::read(&p)
-                .map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
-            let found = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                Error::InvalidRequest(format!("CA file {}: {}", p.display(), chain_line(&e)))
-            })?;
+            let pem = fs::read(&p).map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
+            let found = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| Error::InvalidRequest(format!("CA file {}: {}", p.display(), chain_line(&e))))?;
             if found.is_empty() {
-                return Err(Error::InvalidRequest(format!(
-                    "CA file {} holds no PEM certificate",
-                    p.display()
-                )));
+                return Err(Error::InvalidRequest(format!("CA file {} holds no PEM certificate", p.display())));
             }
             certs.extend(found);
         }
         b = b.tls_certs_merge(certs);
     }
-    b.build()
-        .map_err(|e| Error::InvalidRequest(format!("HTTP client: {}", chain_line(&e))))
+    b.build().map_err(|e| Error::InvalidRequest(format!("HTTP client: {}", chain_line(&e))))
 }
 
 impl Client {
     fn new(url: &Url, opts: &HttpOptions) -> Result<Self> {
         let mut headers = HeaderMap::new();
         for (k, v) in &opts.headers {
-            let name = HeaderName::from_bytes(k.as_bytes())
-                .map_err(|e| Error::InvalidRequest(format!("header {k}: {e}")))?;
-            let value = HeaderValue::from_str(v)
-                .map_err(|e| Error::InvalidRequest(format!("header {k}: {e}")))?;
+            let name =
+                HeaderName::from_bytes(k.as_bytes()).map_err(|e| Error::InvalidRequest(format!("header {k}: {e}")))?;
+            let value = HeaderValue::from_str(v).map_err(|e| Error::InvalidRequest(format!("header {k}: {e}")))?;
             headers.append(name, value);
         }
         Ok(Client {
@@ -156,10 +148,7 @@ impl Client {
     }
 
     fn resolved(&self) -> Url {
-        self.resolved
-            .lock()
-            .map(|u| u.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
+        self.resolved.lock().map(|u| u.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
 
     /// One request, following redirects by hand. `range` = (start, inclusive end).
@@ -169,16 +158,9 @@ impl Client {
         range: Option<(u64, Option<u64>)>,
         from_resolved: bool,
     ) -> Result<reqwest::Response, Failure> {
-        let mut url = if from_resolved {
-            self.resolved()
-        } else {
-            self.url.clone()
-        };
+        let mut url = if from_resolved { self.resolved() } else { self.url.clone() };
         for _ in 0..=MAX_REDIRECTS {
-            let mut req = self
-                .client
-                .request(method.clone(), url.clone())
-                .headers(self.headers.clone());
+            let mut req = self.client.request(method.clone(), url.clone()).headers(self.headers.clone());
             if let Some((user, pass)) = &self.opts.basic_auth {
                 req = req.basic_auth(user, Some(pass));
             } else if !url.username().is_empty() {
@@ -193,10 +175,7 @@ impl Client {
             }
             let resp = req.send().await.map_err(|e| {
                 let msg = chain_line(&e);
-                if msg.contains("certificate")
-                    || msg.contains("InvalidCertificate")
-                    || msg.contains("tls")
-                {
+                if msg.contains("certificate") || msg.contains("InvalidCertificate") || msg.contains("tls") {
                     Failure::Fatal(msg)
                 } else {
                     Failure::Transient(msg)
@@ -208,17 +187,10 @@ impl Client {
                     .headers()
                     .get(reqwest::header::LOCATION)
                     .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| {
-                        Failure::Fatal(format!("redirect {status} without a Location header"))
-                    })?;
-                url = url
-                    .join(loc)
-                    .map_err(|e| Failure::Fatal(format!("bad redirect Location {loc:?}: {e}")))?;
+                    .ok_or_else(|| Failure::Fatal(format!("redirect {status} without a Location header")))?;
+                url = url.join(loc).map_err(|e| Failure::Fatal(format!("bad redirect Location {loc:?}: {e}")))?;
                 if !matches!(url.scheme(), "http" | "https") {
-                    return Err(Failure::Fatal(format!(
-                        "redirect to unsupported scheme {}",
-                        url.scheme()
-                    )));
+                    return Err(Failure::Fatal(format!("redirect to unsupported scheme {}", url.scheme())));
                 }
                 continue;
             }
@@ -245,9 +217,7 @@ impl Client {
                 },
             );
         }
-        Err(Failure::Fatal(format!(
-            "more than {MAX_REDIRECTS} redirects"
-        )))
+        Err(Failure::Fatal(format!("more than {MAX_REDIRECTS} redirects")))
     }
 
     /// A request retried with exponential backoff on transient failures.
@@ -269,10 +239,7 @@ impl Client {
                     delay = (delay * 2).min(Duration::from_secs(30));
                 }
                 Err(Failure::Transient(m)) => {
-                    return Err(Failure::Transient(format!(
-                        "{m} (gave up after {} retries)",
-                        self.opts.max_retries
-                    )));
+                    return Err(Failure::Transient(format!("{m} (gave up after {} retries)", self.opts.max_retries)));
                 }
                 Err(f) => return Err(f),
             }
@@ -280,10 +247,7 @@ impl Client {
     }
 
     fn error(&self, f: &Failure) -> Error {
-        Error::Http {
-            url: redact(&self.url),
-            message: f.message().to_string(),
-        }
+        Error::Http { url: redact(&self.url), message: f.message().to_string() }
     }
 }
 
@@ -294,12 +258,7 @@ fn redact(u: &Url) -> String {
 }
 
 fn content_length(h: &HeaderMap) -> Option<u64> {
-    h.get(reqwest::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    h.get(reqwest::header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 fn accepts_ranges(h: &HeaderMap) -> bool {
@@ -326,15 +285,10 @@ pub fn open(url: &Url, opts: &HttpOptions, rt: &Handle) -> Result<OpenedSource> 
             (None, false)
         }
     };
-    let resp = rt
-        .block_on(client.send(Method::GET, None, false))
-        .map_err(|f| client.error(&f))?;
+    let resp = rt.block_on(client.send(Method::GET, None, false)).map_err(|f| client.error(&f))?;
     let size = content_length(resp.headers()).or(head_len);
     let ranges = (head_ranges || accepts_ranges(resp.headers())) && size.is_some();
-    if let Some(ct) = resp
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+    if let Some(ct) = resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && ct.starts_with("text/")
     {
         tracing::info!(url = %redact(url), "server says Content-Type {ct}; the body is inspected by its bytes anyway");
@@ -342,18 +296,11 @@ pub fn open(url: &Url, opts: &HttpOptions, rt: &Handle) -> Result<OpenedSource> 
     let (tx, rx) = mpsc::channel(64);
     rt.spawn(pump(client.clone(), resp, size, ranges, tx));
     let random_access = match (ranges, size) {
-        (true, Some(size)) => Some(Arc::new(HttpAccess {
-            client,
-            size,
-            rt: rt.clone(),
-        }) as Arc<dyn RandomAccess>),
+        (true, Some(size)) => Some(Arc::new(HttpAccess { client, size, rt: rt.clone() }) as Arc<dyn RandomAccess>),
         _ => None,
     };
     Ok(OpenedSource {
-        stream: Box::new(ChannelReader {
-            rx,
-            cur: Bytes::new(),
-        }),
+        stream: Box::new(ChannelReader { rx, cur: Bytes::new() }),
         size,
         random_access,
         local_path: None,
@@ -400,9 +347,7 @@ async fn pump(
                             && pos + chunk.len() as u64 > s
                         {
                             let _ = tx
-                                .send(Err(io::Error::other(format!(
-                                    "server sent more than its Content-Length {s}"
-                                ))))
+                                .send(Err(io::Error::other(format!("server sent more than its Content-Length {s}"))))
                                 .await;
                             return;
                         }
@@ -419,10 +364,7 @@ async fn pump(
         };
         if attempts >= client.opts.max_retries {
             let _ = tx
-                .send(Err(io::Error::other(format!(
-                    "{failure} (gave up after {} retries)",
-                    client.opts.max_retries
-                ))))
+                .send(Err(io::Error::other(format!("{failure} (gave up after {} retries)", client.opts.max_retries))))
                 .await;
             return;
         }
@@ -435,9 +377,7 @@ async fn pump(
             Ok(r) => {
                 if r.status() == StatusCode::PARTIAL_CONTENT {
                     if content_range_start(r.headers()) != Some(pos) {
-                        let _ = tx
-                            .send(Err(io::Error::other("server resumed at the wrong offset")))
-                            .await;
+                        let _ = tx.send(Err(io::Error::other("server resumed at the wrong offset"))).await;
                         return;
                     }
                     skip = 0;
@@ -506,11 +446,7 @@ impl RandomAccess for HttpAccess {
                 let mut got = 0usize;
                 let r = async {
                     let mut resp = client
-                        .send(
-                            Method::GET,
-                            Some((offset + got as u64, Some(offset + avail as u64 - 1))),
-                            true,
-                        )
+                        .send(Method::GET, Some((offset + got as u64, Some(offset + avail as u64 - 1))), true)
                         .await
                         .map_err(|f| io::Error::other(f.message().to_string()))?;
                     if resp.status() != StatusCode::PARTIAL_CONTENT
@@ -537,10 +473,7 @@ impl RandomAccess for HttpAccess {
                 .await;
                 match r {
                     Ok(()) => return Ok(avail),
-                    Err(e)
-                        if attempts < client.opts.max_retries
-                            && !e.to_string().contains("ignored the Range") =>
-                    {
+                    Err(e) if attempts < client.opts.max_retries && !e.to_string().contains("ignored the Range") => {
                         attempts += 1;
                         tokio::time::sleep(client.opts.backoff * attempts).await;
                     }
@@ -557,32 +490,17 @@ mod tests {
 
     #[test]
     fn headers() {
-        assert_eq!(
-            parse_header("X-A: b c ").ok(),
-            Some(("X-A".into(), "b c".into()))
-        );
+        assert_eq!(parse_header("X-A: b c ").ok(), Some(("X-A".into(), "b c".into())));
         assert!(parse_header("nocolon").is_err());
         assert!(parse_header("bad name: x").is_err());
         let mut h = HeaderMap::new();
-        h.insert(
-            reqwest::header::CONTENT_RANGE,
-            HeaderValue::from_static("bytes 100-199/1000"),
-        );
-        h.insert(
-            reqwest::header::ACCEPT_RANGES,
-            HeaderValue::from_static("none, bytes"),
-        );
-        h.insert(
-            reqwest::header::CONTENT_LENGTH,
-            HeaderValue::from_static("100"),
-        );
+        h.insert(reqwest::header::CONTENT_RANGE, HeaderValue::from_static("bytes 100-199/1000"));
+        h.insert(reqwest::header::ACCEPT_RANGES, HeaderValue::from_static("none, bytes"));
+        h.insert(reqwest::header::CONTENT_LENGTH, HeaderValue::from_static("100"));
         assert_eq!(content_range_start(&h), Some(100));
         assert!(accepts_ranges(&h));
         assert_eq!(content_length(&h), Some(100));
-        h.insert(
-            reqwest::header::ACCEPT_RANGES,
-            HeaderValue::from_static("none"),
-        );
+        h.insert(reqwest::header::ACCEPT_RANGES, HeaderValue::from_static("none"));
         assert!(!accepts_ranges(&h));
     }
 }

@@ -37,8 +37,7 @@ impl SourceLocation {
     /// Parses a path, `file://`, `http://` or `https://` location.
     pub fn parse(s: &str) -> Result<Self> {
         if let Some((scheme, _)) = s.split_once("://") {
-            let url = reqwest::Url::parse(s)
-                .map_err(|e| Error::InvalidRequest(format!("invalid URL {s:?}: {e}")))?;
+            let url = reqwest::Url::parse(s).map_err(|e| Error::InvalidRequest(format!("invalid URL {s:?}: {e}")))?;
             match scheme.to_ascii_lowercase().as_str() {
                 "http" | "https" => Ok(SourceLocation::Http(url)),
                 "file" => url
@@ -84,11 +83,7 @@ pub struct OpenedSource {
 
 /// Opens `location`. HTTP needs a Tokio runtime handle; the returned stream and random access block on it,
 /// so they must be used from a blocking thread.
-pub fn open(
-    location: &SourceLocation,
-    http: &HttpOptions,
-    rt: &tokio::runtime::Handle,
-) -> Result<OpenedSource> {
+pub fn open(location: &SourceLocation, http: &HttpOptions, rt: &tokio::runtime::Handle) -> Result<OpenedSource> {
     match location {
         SourceLocation::File(p) => file::open(p),
         SourceLocation::Http(u) => http::open(u, http, rt),
@@ -101,30 +96,12 @@ mod tests {
 
     #[test]
     fn parse_locations() {
-        assert_eq!(
-            SourceLocation::parse("/a/b.img").ok(),
-            Some(SourceLocation::File("/a/b.img".into()))
-        );
-        assert_eq!(
-            SourceLocation::parse("rel.img").ok(),
-            Some(SourceLocation::File("rel.img".into()))
-        );
-        assert_eq!(
-            SourceLocation::parse("file:///x/y%20z").ok(),
-            Some(SourceLocation::File("/x/y z".into()))
-        );
-        assert!(matches!(
-            SourceLocation::parse("https://h:8443/p?q=1"),
-            Ok(SourceLocation::Http(_))
-        ));
-        assert!(matches!(
-            SourceLocation::parse("HTTP://h/p"),
-            Ok(SourceLocation::Http(_))
-        ));
-        let e = SourceLocation::parse("ftp://h/x")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        assert_eq!(SourceLocation::parse("/a/b.img").ok(), Some(SourceLocation::File("/a/b.img".into())));
+        assert_eq!(SourceLocation::parse("rel.img").ok(), Some(SourceLocation::File("rel.img".into())));
+        assert_eq!(SourceLocation::parse("file:///x/y%20z").ok(), Some(SourceLocation::File("/x/y z".into())));
+        assert!(matches!(SourceLocation::parse("https://h:8443/p?q=1"), Ok(SourceLocation::Http(_))));
+        assert!(matches!(SourceLocation::parse("HTTP://h/p"), Ok(SourceLocation::Http(_))));
+        let e = SourceLocation::parse("ftp://h/x").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("unsupported source scheme"), "{e}");
         assert!(SourceLocation::parse("").is_err());
         assert!(SourceLocation::parse("http://").is_err());

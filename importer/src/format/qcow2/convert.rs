@@ -87,10 +87,7 @@ impl Want {
 }
 
 fn ferr(e: Qcow2Error) -> Error {
-    Error::Format {
-        format: ImageFormat::Qcow2,
-        source: FormatError::Qcow2(e),
-    }
+    Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) }
 }
 
 struct Converter<'a> {
@@ -151,13 +148,7 @@ pub fn convert(
         stats: ConvertStats::default(),
         h: header,
     };
-    c.add(Want {
-        start: 0,
-        len: cs,
-        kind: Kind::Ignore,
-        got: 0,
-        buf: Vec::new(),
-    })?;
+    c.add(Want { start: 0, len: cs, kind: Kind::Ignore, got: 0, buf: Vec::new() })?;
     if c.h.l1_size > 0 {
         c.add(Want {
             start: c.h.l1_table_offset,
@@ -172,13 +163,7 @@ pub fn convert(
     }
     let rt_len = u64::from(c.h.refcount_table_clusters) * cs;
     if rt_len > 0 {
-        c.add(Want {
-            start: c.h.refcount_table_offset,
-            len: rt_len,
-            kind: Kind::RefTable,
-            got: 0,
-            buf: Vec::new(),
-        })?;
+        c.add(Want { start: c.h.refcount_table_offset, len: rt_len, kind: Kind::RefTable, got: 0, buf: Vec::new() })?;
     }
     c.run(stream, read_all)?;
     c.flush_zero()?;
@@ -201,7 +186,7 @@ impl Converter<'_> {
             if !read_all && self.nothing_left() {
                 break;
             }
-            let n = read_full(stream, &mut chunk).map_err(|e| crate::pipeline::untag(e, pos))?;
+            let n = crate::format::read_full(stream, &mut chunk).map_err(|e| crate::pipeline::untag(e, pos))?;
             if n == 0 {
                 break;
             }
@@ -255,15 +240,11 @@ impl Converter<'_> {
             let piece = &mut buf[..n];
             match &self.refetch {
                 Refetch::Random(ra) => {
-                    ra.read_at(pos, piece)
-                        .map_err(|e| crate::pipeline::untag(e, pos))?;
+                    ra.read_at(pos, piece).map_err(|e| crate::pipeline::untag(e, pos))?;
                     self.stats.refetched_bytes += n as u64;
                 }
                 Refetch::Spill(s) => {
-                    if !s.get(pos, piece).map_err(|source| Error::SourceRead {
-                        offset: pos,
-                        source,
-                    })? {
+                    if !s.get(pos, piece).map_err(|source| Error::SourceRead { offset: pos, source })? {
                         return Err(ferr(Qcow2Error::NeedsRereading { offset: pos }));
                     }
                 }
@@ -386,11 +367,7 @@ impl Converter<'_> {
                             available: eof.saturating_sub(w.start),
                         }
                     } else {
-                        Qcow2Error::BeyondEnd {
-                            what,
-                            offset: w.start,
-                            file_size: eof,
-                        }
+                        Qcow2Error::BeyondEnd { what, offset: w.start, file_size: eof }
                     }));
                 }
             }
@@ -405,11 +382,7 @@ impl Converter<'_> {
         if let Some(fs) = self.file_size
             && offset.saturating_add(len) > fs
         {
-            return Err(ferr(Qcow2Error::BeyondEnd {
-                what,
-                offset,
-                file_size: fs,
-            }));
+            return Err(ferr(Qcow2Error::BeyondEnd { what, offset, file_size: fs }));
         }
         Ok(())
     }
@@ -457,13 +430,7 @@ impl Converter<'_> {
                         && off.is_multiple_of(self.cs)
                         && self.file_size.is_none_or(|fs| off + self.cs <= fs)
                     {
-                        self.add(Want {
-                            start: off,
-                            len: self.cs,
-                            kind: Kind::Ignore,
-                            got: 0,
-                            buf: Vec::new(),
-                        })?;
+                        self.add(Want { start: off, len: self.cs, kind: Kind::Ignore, got: 0, buf: Vec::new() })?;
                     }
                 }
                 Ok(())
@@ -486,20 +453,13 @@ impl Converter<'_> {
                 break;
             }
             let raw = u64::from_be_bytes(e[0..8].try_into().unwrap_or([0; 8]));
-            let bitmap = if eb == 16 {
-                u64::from_be_bytes(e[8..16].try_into().unwrap_or([0; 8]))
-            } else {
-                0
-            };
+            let bitmap = if eb == 16 { u64::from_be_bytes(e[8..16].try_into().unwrap_or([0; 8])) } else { 0 };
             let entry = tables::l2_entry(&self.h, raw, bitmap).map_err(ferr)?;
             let pieces: Vec<(u64, u64, Mapping)> = match entry {
                 L2Entry::Cluster(m) => vec![(guest, cs, m)],
                 L2Entry::Subclusters(subs) => {
                     let sc = cs / 32;
-                    subs.iter()
-                        .enumerate()
-                        .map(|(i, m)| (guest + i as u64 * sc, sc, *m))
-                        .collect()
+                    subs.iter().enumerate().map(|(i, m)| (guest + i as u64 * sc, sc, *m)).collect()
                 }
             };
             for (g, len, m) in pieces {
@@ -551,13 +511,7 @@ impl Converter<'_> {
     fn flush_run(&mut self, run: &mut Option<(u64, u64, u64)>) -> Result<()> {
         if let Some((host, guest, len)) = run.take() {
             self.flush_zero()?;
-            self.add(Want {
-                start: host,
-                len,
-                kind: Kind::Data { guest },
-                got: 0,
-                buf: Vec::new(),
-            })?;
+            self.add(Want { start: host, len, kind: Kind::Data { guest }, got: 0, buf: Vec::new() })?;
         }
         Ok(())
     }
@@ -611,12 +565,8 @@ impl Converter<'_> {
             let out: Decoded = batch
                 .into_par_iter()
                 .map(|(guest, host, data)| {
-                    let r = decompress_cluster(comp, &data, cs).map_err(|reason| {
-                        Qcow2Error::BadCompressedCluster {
-                            offset: host,
-                            reason,
-                        }
-                    });
+                    let r = decompress_cluster(comp, &data, cs)
+                        .map_err(|reason| Qcow2Error::BadCompressedCluster { offset: host, reason });
                     (guest, r)
                 })
                 .collect();
@@ -634,10 +584,9 @@ impl Converter<'_> {
         let Some(rx) = self.inflight.pop_front() else {
             return Ok(());
         };
-        let out = rx.recv().map_err(|_| Error::SourceRead {
-            offset: 0,
-            source: io::Error::other("decoder thread failed"),
-        })?;
+        let out = rx
+            .recv()
+            .map_err(|_| Error::SourceRead { offset: 0, source: io::Error::other("decoder thread failed") })?;
         for (guest, r) in out {
             let data = r.map_err(ferr)?;
             self.write_guest(guest, &data)?;
@@ -647,11 +596,7 @@ impl Converter<'_> {
 }
 
 /// Decodes one compressed cluster; the output must be exactly `cs` bytes (trailing input is sector padding).
-pub fn decompress_cluster(
-    comp: ClusterCompression,
-    input: &[u8],
-    cs: usize,
-) -> std::result::Result<Vec<u8>, String> {
+pub fn decompress_cluster(comp: ClusterCompression, input: &[u8], cs: usize) -> std::result::Result<Vec<u8>, String> {
     let mut out = vec![0u8; cs];
     match comp {
         ClusterCompression::Zlib => {
@@ -669,37 +614,15 @@ pub fn decompress_cluster(
             let mut outb = OutBuffer::around(&mut out[..]);
             while outb.pos() < cs {
                 let before = (inb.pos, outb.pos());
-                let hint = d
-                    .run(&mut inb, &mut outb)
-                    .map_err(|e| format!("zstd: {e}"))?;
-                if (inb.pos, outb.pos()) == before
-                    || (hint == 0 && outb.pos() < cs && inb.pos >= input.len())
-                {
+                let hint = d.run(&mut inb, &mut outb).map_err(|e| format!("zstd: {e}"))?;
+                if (inb.pos, outb.pos()) == before || (hint == 0 && outb.pos() < cs && inb.pos >= input.len()) {
                     break;
                 }
             }
             let got = outb.pos();
-            if got == cs {
-                Ok(out)
-            } else {
-                Err(format!("zstd produced {got} of {cs} bytes"))
-            }
+            if got == cs { Ok(out) } else { Err(format!("zstd produced {got} of {cs} bytes")) }
         }
     }
-}
-
-/// Reads until `buf` is full or the stream ends.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 #[cfg(test)]
@@ -716,10 +639,7 @@ mod tests {
 
     impl MemSink {
         fn new(len: usize) -> Self {
-            MemSink {
-                data: vec![0xee; len],
-                covered: vec![false; len],
-            }
+            MemSink { data: vec![0xee; len], covered: vec![false; len] }
         }
         fn cover(&mut self, off: u64, len: usize) {
             for c in &mut self.covered[off as usize..off as usize + len] {
@@ -744,11 +664,7 @@ mod tests {
             Ok(())
         }
         fn finish(&mut self, len: u64) -> Result<SinkReport> {
-            Ok(SinkReport {
-                size: len,
-                bytes_written: 0,
-                preallocated: false,
-            })
+            Ok(SinkReport { size: len, bytes_written: 0, preallocated: false })
         }
         fn abort(&mut self) {}
         fn external_target(&mut self, _len: u64) -> Result<(PathBuf, bool)> {
@@ -776,11 +692,7 @@ mod tests {
     fn image(data_first: bool) -> (Vec<u8>, Vec<u8>) {
         let cs = 512usize;
         // Out of order means in an earlier stream chunk: put the L2 table past the first read.
-        let (l1, l2, a, c) = if data_first {
-            (1, 2 * CHUNK / cs, 2, 3)
-        } else {
-            (1, 2, 3, 4)
-        };
+        let (l1, l2, a, c) = if data_first { (1, 2 * CHUNK / cs, 2, 3) } else { (1, 2, 3, 4) };
         let mut f = vec![0u8; (l2.max(c) + 2) * cs];
         f[0..4].copy_from_slice(b"QFI\xfb");
         f[4..8].copy_from_slice(&3u32.to_be_bytes());
@@ -809,10 +721,7 @@ mod tests {
         let mut sink = MemSink::new(h.virtual_size as usize);
         let mut stream = img;
         let stats = convert(h, &mut stream, size, refetch, &mut sink, true)?;
-        assert!(
-            sink.covered.iter().all(|&c| c),
-            "not every guest byte covered"
-        );
+        assert!(sink.covered.iter().all(|&c| c), "not every guest byte covered");
         Ok((sink.data, stats))
     }
 
@@ -840,21 +749,10 @@ mod tests {
     #[test]
     fn truncated_and_beyond_end() {
         let (img, _) = image(false);
-        let e = run(
-            &img[..4 * 512 + 100],
-            Refetch::Spill(Spill::memory()),
-            false,
-        )
-        .err()
-        .map(|e| e.to_string());
+        let e = run(&img[..4 * 512 + 100], Refetch::Spill(Spill::memory()), false).err().map(|e| e.to_string());
         assert!(e.as_deref().unwrap_or("").contains("truncated"), "{e:?}");
-        let e = run(&img[..4 * 512], Refetch::Spill(Spill::memory()), true)
-            .err()
-            .map(|e| e.to_string());
-        assert!(
-            e.as_deref().unwrap_or("").contains("beyond the end"),
-            "{e:?}"
-        );
+        let e = run(&img[..4 * 512], Refetch::Spill(Spill::memory()), true).err().map(|e| e.to_string());
+        assert!(e.as_deref().unwrap_or("").contains("beyond the end"), "{e:?}");
     }
 
     #[test]
@@ -863,33 +761,15 @@ mod tests {
         let cs = 65536;
         let data: Vec<u8> = (0..cs).map(|i| (i % 7) as u8).collect();
         let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
-        e.write_all(&data).map_err(|s| Error::SourceRead {
-            offset: 0,
-            source: s,
-        })?;
-        let mut z = e.finish().map_err(|s| Error::SourceRead {
-            offset: 0,
-            source: s,
-        })?;
+        e.write_all(&data).map_err(|s| Error::SourceRead { offset: 0, source: s })?;
+        let mut z = e.finish().map_err(|s| Error::SourceRead { offset: 0, source: s })?;
         z.extend([0u8; 300]); // sector padding
-        assert_eq!(
-            decompress_cluster(ClusterCompression::Zlib, &z, cs).ok(),
-            Some(data.clone())
-        );
-        let zs = zstd::encode_all(&data[..], 3).map_err(|s| Error::SourceRead {
-            offset: 0,
-            source: s,
-        })?;
-        assert_eq!(
-            decompress_cluster(ClusterCompression::Zstd, &zs, cs).ok(),
-            Some(data.clone())
-        );
+        assert_eq!(decompress_cluster(ClusterCompression::Zlib, &z, cs).ok(), Some(data.clone()));
+        let zs = zstd::encode_all(&data[..], 3).map_err(|s| Error::SourceRead { offset: 0, source: s })?;
+        assert_eq!(decompress_cluster(ClusterCompression::Zstd, &zs, cs).ok(), Some(data.clone()));
         assert!(decompress_cluster(ClusterCompression::Zstd, &zs[..zs.len() / 2], cs).is_err());
         assert!(decompress_cluster(ClusterCompression::Zlib, &z[..10], cs).is_err());
-        let short = zstd::encode_all(&data[..100], 3).map_err(|s| Error::SourceRead {
-            offset: 0,
-            source: s,
-        })?;
+        let short = zstd::encode_all(&data[..100], 3).map_err(|s| Error::SourceRead { offset: 0, source: s })?;
         assert!(decompress_cluster(ClusterCompression::Zstd, &short, cs).is_err());
         Ok(())
     }

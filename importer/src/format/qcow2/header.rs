@@ -85,17 +85,11 @@ pub struct Header {
 }
 
 fn be32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .and_then(|s| s.try_into().ok())
-        .map(u32::from_be_bytes)
-        .unwrap_or(0)
+    b.get(off..off + 4).and_then(|s| s.try_into().ok()).map(u32::from_be_bytes).unwrap_or(0)
 }
 
 fn be64(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8)
-        .and_then(|s| s.try_into().ok())
-        .map(u64::from_be_bytes)
-        .unwrap_or(0)
+    b.get(off..off + 8).and_then(|s| s.try_into().ok()).map(u64::from_be_bytes).unwrap_or(0)
 }
 
 impl Header {
@@ -107,12 +101,7 @@ impl Header {
     /// [`Header::PARSE_LEN`] bytes when the image is that long). `file_size` bounds every offset when known.
     pub fn parse(head: &[u8], file_size: Option<u64>) -> Result<Header, Qcow2Error> {
         if head.len() < 72 {
-            return Err(Qcow2Error::Truncated {
-                what: "header",
-                offset: 0,
-                needed: 72,
-                available: head.len() as u64,
-            });
+            return Err(Qcow2Error::Truncated { what: "header", offset: 0, needed: 72, available: head.len() as u64 });
         }
         if &head[0..4] != b"QFI\xfb" {
             return Err(Qcow2Error::BadMagic);
@@ -128,10 +117,7 @@ impl Header {
         let cs = 1u64 << cluster_bits;
         let virtual_size = be64(head, 24);
         if virtual_size > MAX_VIRTUAL_SIZE {
-            return Err(Qcow2Error::VirtualSizeTooLarge {
-                size: virtual_size,
-                max: MAX_VIRTUAL_SIZE,
-            });
+            return Err(Qcow2Error::VirtualSizeTooLarge { size: virtual_size, max: MAX_VIRTUAL_SIZE });
         }
         let encryption = match be32(head, 32) {
             0 => Encryption::None,
@@ -158,11 +144,7 @@ impl Header {
             if hl < 104 || u64::from(hl) > cs || !hl.is_multiple_of(8) {
                 return Err(Qcow2Error::BadHeaderLength(hl));
             }
-            let ct = if hl > 104 {
-                head.get(104).copied().unwrap_or(0)
-            } else {
-                0
-            };
+            let ct = if hl > 104 { head.get(104).copied().unwrap_or(0) } else { 0 };
             (be64(head, 72), hl, ct)
         } else {
             (0, 72, 0)
@@ -174,10 +156,7 @@ impl Header {
         if incompatible_features & INCOMPAT_CORRUPT != 0 {
             return Err(Qcow2Error::MarkedCorrupt);
         }
-        let compression = match (
-            incompatible_features & INCOMPAT_COMPRESSION != 0,
-            compression_type,
-        ) {
+        let compression = match (incompatible_features & INCOMPAT_COMPRESSION != 0, compression_type) {
             (false, 0) => ClusterCompression::Zlib,
             (true, 1) => ClusterCompression::Zstd,
             (true, 0) => ClusterCompression::Zlib,
@@ -197,9 +176,7 @@ impl Header {
                 return Err(Qcow2Error::BadBackingFileName);
             }
             let s = backing_off as usize;
-            let name = head
-                .get(s..s + backing_len as usize)
-                .map(|b| String::from_utf8_lossy(b).into_owned());
+            let name = head.get(s..s + backing_len as usize).map(|b| String::from_utf8_lossy(b).into_owned());
             Some(name.unwrap_or_else(|| String::from("<unreadable>")))
         } else {
             None
@@ -221,10 +198,7 @@ impl Header {
                 return Err(Qcow2Error::BadHeaderExtension { offset: off as u64 });
             }
             match ty {
-                EXT_DATA_FILE => {
-                    data_file_name =
-                        Some(String::from_utf8_lossy(&head[data..data + len]).into_owned())
-                }
+                EXT_DATA_FILE => data_file_name = Some(String::from_utf8_lossy(&head[data..data + len]).into_owned()),
                 EXT_CRYPTO => saw_crypto = true,
                 EXT_BACKING_FORMAT => {}
                 _ => {}
@@ -258,35 +232,21 @@ impl Header {
         let cs = self.cluster_size();
         let l1_bytes = u64::from(self.l1_size) * 8;
         if l1_bytes > MAX_L1_BYTES {
-            return Err(Qcow2Error::L1TooLarge {
-                entries: self.l1_size,
-                max_bytes: MAX_L1_BYTES,
-            });
+            return Err(Qcow2Error::L1TooLarge { entries: self.l1_size, max_bytes: MAX_L1_BYTES });
         }
         let needed = self.virtual_size.div_ceil(self.bytes_per_l2());
         if u64::from(self.l1_size) < needed {
-            return Err(Qcow2Error::L1TooSmall {
-                entries: self.l1_size,
-                needed,
-            });
+            return Err(Qcow2Error::L1TooSmall { entries: self.l1_size, needed });
         }
         if self.l1_size > 0 {
             check_table("L1 table", self.l1_table_offset, l1_bytes, cs, file_size)?;
         }
         let rt_bytes = u64::from(self.refcount_table_clusters) * cs;
         if rt_bytes > MAX_REFTABLE_BYTES {
-            return Err(Qcow2Error::RefcountTableTooLarge {
-                clusters: self.refcount_table_clusters,
-            });
+            return Err(Qcow2Error::RefcountTableTooLarge { clusters: self.refcount_table_clusters });
         }
         if rt_bytes > 0 {
-            check_table(
-                "refcount table",
-                self.refcount_table_offset,
-                rt_bytes,
-                cs,
-                file_size,
-            )?;
+            check_table("refcount table", self.refcount_table_offset, rt_bytes, cs, file_size)?;
         }
         Ok(())
     }
@@ -297,9 +257,7 @@ impl Header {
             return Some(Qcow2Error::BackingFile(name.clone()));
         }
         if self.data_file {
-            return Some(Qcow2Error::ExternalDataFile(
-                self.data_file_name.clone().unwrap_or_default(),
-            ));
+            return Some(Qcow2Error::ExternalDataFile(self.data_file_name.clone().unwrap_or_default()));
         }
         match self.encryption {
             Encryption::None => None,
@@ -343,19 +301,11 @@ pub fn check_table(
     if offset < cs {
         return Err(Qcow2Error::IntoHeader { what, offset });
     }
-    let end = offset.checked_add(len).ok_or(Qcow2Error::BeyondEnd {
-        what,
-        offset,
-        file_size: u64::MAX,
-    })?;
+    let end = offset.checked_add(len).ok_or(Qcow2Error::BeyondEnd { what, offset, file_size: u64::MAX })?;
     if let Some(fs) = file_size
         && end > fs
     {
-        return Err(Qcow2Error::BeyondEnd {
-            what,
-            offset,
-            file_size: fs,
-        });
+        return Err(Qcow2Error::BeyondEnd { what, offset, file_size: fs });
     }
     Ok(())
 }
@@ -390,10 +340,7 @@ pub(crate) mod tests {
     #[test]
     fn valid() {
         let h = Header::parse(&v3(), Some(1 << 20)).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            (h.version, h.cluster_size(), h.virtual_size, h.l2_entries()),
-            (3, 65536, 1 << 30, 8192)
-        );
+        assert_eq!((h.version, h.cluster_size(), h.virtual_size, h.l2_entries()), (3, 65536, 1 << 30, 8192));
         assert_eq!(h.refusal().map(|e| e.to_string()), None);
     }
 
@@ -401,11 +348,7 @@ pub(crate) mod tests {
     fn hostile_headers() {
         let mut h = v3();
         h[72..80].copy_from_slice(&(1u64 << 40).to_be_bytes());
-        assert!(
-            err(&h, None).contains("incompatible feature"),
-            "{}",
-            err(&h, None)
-        );
+        assert!(err(&h, None).contains("incompatible feature"), "{}", err(&h, None));
         let mut h = v3();
         h[20..24].copy_from_slice(&30u32.to_be_bytes());
         assert!(err(&h, None).contains("cluster size"));
@@ -414,11 +357,7 @@ pub(crate) mod tests {
         assert!(err(&h, None).contains("virtual size"));
         let mut h = v3();
         h[36..40].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(
-            err(&h, None).contains("L1 table too large"),
-            "{}",
-            err(&h, None)
-        );
+        assert!(err(&h, None).contains("L1 table too large"), "{}", err(&h, None));
         let mut h = v3();
         h[36..40].copy_from_slice(&1u32.to_be_bytes());
         assert!(err(&h, None).contains("too small"));
@@ -427,11 +366,7 @@ pub(crate) mod tests {
         assert!(err(&h, None).contains("header"), "{}", err(&h, None));
         let mut h = v3();
         h[40..48].copy_from_slice(&(1u64 << 40).to_be_bytes());
-        assert!(
-            err(&h, Some(1 << 20)).contains("beyond the end"),
-            "{}",
-            err(&h, Some(1 << 20))
-        );
+        assert!(err(&h, Some(1 << 20)).contains("beyond the end"), "{}", err(&h, Some(1 << 20)));
         assert!(err(&h[..50], None).contains("truncated"));
         let mut h = v3();
         h[0] = b'X';
@@ -443,31 +378,16 @@ pub(crate) mod tests {
         let mut h = v3();
         h[32..36].copy_from_slice(&2u32.to_be_bytes());
         let p = Header::parse(&h, None).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            p.refusal()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-                .contains("encrypted (LUKS)")
-        );
+        assert!(p.refusal().map(|e| e.to_string()).unwrap_or_default().contains("encrypted (LUKS)"));
         let mut h = v3();
         h[8..16].copy_from_slice(&512u64.to_be_bytes());
         h[16..20].copy_from_slice(&7u32.to_be_bytes());
         h[512..519].copy_from_slice(b"base.qc");
         let p = Header::parse(&h, None).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            p.refusal()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-                .contains("backing file \"base.qc\"")
-        );
+        assert!(p.refusal().map(|e| e.to_string()).unwrap_or_default().contains("backing file \"base.qc\""));
         let mut h = v3();
         h[72..80].copy_from_slice(&4u64.to_be_bytes());
         let p = Header::parse(&h, None).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            p.refusal()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-                .contains("data file")
-        );
+        assert!(p.refusal().map(|e| e.to_string()).unwrap_or_default().contains("data file"));
     }
 }

@@ -24,9 +24,7 @@ pub enum Qcow2Error {
     #[error("unsupported qcow2 version {0}")]
     UnsupportedVersion(u32),
     /// Cluster size outside 512 B..2 MiB.
-    #[error(
-        "unsupported cluster size 2^{0} bytes (512 B to 2 MiB, at least 16 KiB with extended L2)"
-    )]
+    #[error("unsupported cluster size 2^{0} bytes (512 B to 2 MiB, at least 16 KiB with extended L2)")]
     BadClusterBits(u32),
     /// Header length not valid for v3.
     #[error("invalid header length {0}")]
@@ -118,9 +116,7 @@ pub enum Qcow2Error {
         file_size: u64,
     },
     /// Not enough bytes for a structure.
-    #[error(
-        "image truncated: {what} at offset {offset} needs {needed} bytes, {available} available"
-    )]
+    #[error("image truncated: {what} at offset {offset} needs {needed} bytes, {available} available")]
     Truncated {
         /// Which structure.
         what: &'static str,

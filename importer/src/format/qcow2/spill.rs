@@ -1,5 +1,5 @@
 //! Storage for stream bytes that arrived before the metadata that says what they are: memory up to a
-//! bound, or a file in the scratch directory (deleted when dropped).
+//! bound, then (when a scratch directory is given) an anonymous file there, deleted when dropped.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -14,44 +14,41 @@ pub const MEMORY_LIMIT: u64 = 16 << 20;
 
 enum Store {
     Memory(BTreeMap<u64, Vec<u8>>),
-    File {
-        file: File,
-        dir: PathBuf,
-        index: BTreeMap<u64, (u64, u64)>,
-        end: u64,
-    },
+    File { file: File, dir: PathBuf, index: BTreeMap<u64, (u64, u64)>, end: u64 },
 }
 
 /// A spill store keyed by host offset. Adjacent ranges are merged so later reads can span them.
 pub struct Spill {
     store: Store,
     used: u64,
+    overflow: Option<PathBuf>,
 }
 
 impl Spill {
     /// A store in memory, bounded by [`MEMORY_LIMIT`].
     pub fn memory() -> Self {
-        Spill {
-            store: Store::Memory(BTreeMap::new()),
-            used: 0,
-        }
+        Spill { store: Store::Memory(BTreeMap::new()), used: 0, overflow: None }
     }
 
-    /// A store in an anonymous temporary file in `dir`.
-    pub fn scratch(dir: &Path) -> Result<Self> {
-        let file = tempfile::tempfile_in(dir).map_err(|source| Error::Scratch {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        Ok(Spill {
-            store: Store::File {
-                file,
-                dir: dir.to_path_buf(),
-                index: BTreeMap::new(),
-                end: 0,
-            },
-            used: 0,
-        })
+    /// A store in memory up to [`MEMORY_LIMIT`], then in an anonymous temporary file in `dir`.
+    pub fn with_overflow(dir: &Path) -> Self {
+        Spill { store: Store::Memory(BTreeMap::new()), used: 0, overflow: Some(dir.to_path_buf()) }
+    }
+
+    /// Moves the in-memory contents to a file in the overflow directory.
+    fn to_file(&mut self, dir: &Path) -> Result<()> {
+        let file = tempfile::tempfile_in(dir).map_err(|source| Error::Scratch { path: dir.to_path_buf(), source })?;
+        let old = std::mem::replace(
+            &mut self.store,
+            Store::File { file, dir: dir.to_path_buf(), index: BTreeMap::new(), end: 0 },
+        );
+        self.used = 0;
+        if let Store::Memory(map) = old {
+            for (host, data) in map {
+                self.put(host, &data)?;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes stored.
@@ -66,6 +63,11 @@ impl Spill {
         }
         let len = data.len() as u64;
         match &mut self.store {
+            Store::Memory(_) if self.used + len > MEMORY_LIMIT && self.overflow.is_some() => {
+                let dir = self.overflow.clone().unwrap_or_default();
+                self.to_file(&dir)?;
+                return self.put(host, data);
+            }
             Store::Memory(map) => {
                 if self.used + len > MEMORY_LIMIT {
                     return Err(Error::ScratchRequired(format!(
@@ -81,17 +83,8 @@ impl Spill {
                     map.insert(host, data.to_vec());
                 }
             }
-            Store::File {
-                file,
-                dir,
-                index,
-                end,
-            } => {
-                file.write_all_at(data, *end)
-                    .map_err(|source| Error::Scratch {
-                        path: dir.clone(),
-                        source,
-                    })?;
+            Store::File { file, dir, index, end } => {
+                file.write_all_at(data, *end).map_err(|source| Error::Scratch { path: dir.clone(), source })?;
                 if let Some((&start, prev)) = index.range_mut(..host).next_back()
                     && start + prev.1 == host
                     && prev.0 + prev.1 == *end
@@ -159,7 +152,22 @@ mod tests {
     fn memory_and_file() {
         check(Spill::memory());
         let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        check(Spill::scratch(d.path()).unwrap_or_else(|e| panic!("{e}")));
+        check(Spill::with_overflow(d.path()));
+    }
+
+    #[test]
+    fn overflow_moves_to_a_file() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut s = Spill::with_overflow(d.path());
+        let big = vec![7u8; (MEMORY_LIMIT / 2) as usize];
+        s.put(0, &big).unwrap_or_else(|e| panic!("{e}"));
+        s.put(MEMORY_LIMIT, &big).unwrap_or_else(|e| panic!("{e}"));
+        s.put(4 * MEMORY_LIMIT, &big).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(s.store, Store::File { .. }));
+        let mut b = [0u8; 3];
+        assert!(s.get(MEMORY_LIMIT + 5, &mut b).unwrap_or(false));
+        assert_eq!(b, [7, 7, 7]);
+        assert!(s.get(4 * MEMORY_LIMIT, &mut b).unwrap_or(false));
     }
 
     #[test]
@@ -168,11 +176,7 @@ mod tests {
         let big = vec![1u8; (MEMORY_LIMIT / 2) as usize];
         s.put(0, &big).unwrap_or_else(|e| panic!("{e}"));
         s.put(MEMORY_LIMIT, &big).unwrap_or_else(|e| panic!("{e}"));
-        let e = s
-            .put(4 * MEMORY_LIMIT, b"x")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = s.put(4 * MEMORY_LIMIT, b"x").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("--scratch"), "{e}");
     }
 }

@@ -13,26 +13,17 @@ const L2_STD_RESERVED: u64 = 0x3f00_0000_0000_01fe;
 /// Decodes an L1 entry into the L2 table offset (`None`: unallocated, the whole range reads as zeroes).
 pub fn l1_entry(h: &Header, raw: u64) -> Result<Option<u64>, Qcow2Error> {
     if raw & L1_RESERVED != 0 {
-        return Err(Qcow2Error::ReservedBits {
-            what: "L1 entry",
-            value: raw,
-        });
+        return Err(Qcow2Error::ReservedBits { what: "L1 entry", value: raw });
     }
     let off = raw & L1_OFFSET_MASK;
     if off == 0 {
         return Ok(None);
     }
     if !off.is_multiple_of(h.cluster_size()) {
-        return Err(Qcow2Error::Unaligned {
-            what: "L2 table",
-            offset: off,
-        });
+        return Err(Qcow2Error::Unaligned { what: "L2 table", offset: off });
     }
     if off < h.cluster_size() {
-        return Err(Qcow2Error::IntoHeader {
-            what: "L2 table",
-            offset: off,
-        });
+        return Err(Qcow2Error::IntoHeader { what: "L2 table", offset: off });
     }
     Ok(Some(off))
 }
@@ -71,66 +62,38 @@ pub fn l2_entry(h: &Header, raw: u64, bitmap: u64) -> Result<L2Entry, Qcow2Error
         let offset = raw & ((1u64 << x) - 1);
         let nb_sectors = ((raw >> x) & ((1u64 << (62 - x)) - 1)) + 1;
         if h.extended_l2 && bitmap != 0 {
-            return Err(Qcow2Error::ReservedBits {
-                what: "compressed extended L2 bitmap",
-                value: bitmap,
-            });
+            return Err(Qcow2Error::ReservedBits { what: "compressed extended L2 bitmap", value: bitmap });
         }
         if offset < cs {
-            return Err(Qcow2Error::IntoHeader {
-                what: "compressed cluster",
-                offset,
-            });
+            return Err(Qcow2Error::IntoHeader { what: "compressed cluster", offset });
         }
         let len = nb_sectors * 512 - (offset & 511);
         return Ok(L2Entry::Cluster(Mapping::Compressed { offset, len }));
     }
     if raw & L2_STD_RESERVED != 0 {
-        return Err(Qcow2Error::ReservedBits {
-            what: "L2 entry",
-            value: raw,
-        });
+        return Err(Qcow2Error::ReservedBits { what: "L2 entry", value: raw });
     }
     let off = raw & L2_OFFSET_MASK;
     if off != 0 && !off.is_multiple_of(cs) {
-        return Err(Qcow2Error::Unaligned {
-            what: "data cluster",
-            offset: off,
-        });
+        return Err(Qcow2Error::Unaligned { what: "data cluster", offset: off });
     }
     if off != 0 && off < cs {
-        return Err(Qcow2Error::IntoHeader {
-            what: "data cluster",
-            offset: off,
-        });
+        return Err(Qcow2Error::IntoHeader { what: "data cluster", offset: off });
     }
     if !h.extended_l2 {
         let zero = raw & L2_ZERO != 0;
-        return Ok(L2Entry::Cluster(if zero || off == 0 {
-            Mapping::Zero
-        } else {
-            Mapping::Data(off)
-        }));
+        return Ok(L2Entry::Cluster(if zero || off == 0 { Mapping::Zero } else { Mapping::Data(off) }));
     }
     if raw & L2_ZERO != 0 {
-        return Err(Qcow2Error::ReservedBits {
-            what: "extended L2 entry",
-            value: raw,
-        });
+        return Err(Qcow2Error::ReservedBits { what: "extended L2 entry", value: raw });
     }
     let alloc = bitmap as u32;
     let zero = (bitmap >> 32) as u32;
     if alloc & zero != 0 {
-        return Err(Qcow2Error::ReservedBits {
-            what: "subcluster bitmap",
-            value: bitmap,
-        });
+        return Err(Qcow2Error::ReservedBits { what: "subcluster bitmap", value: bitmap });
     }
     if alloc != 0 && off == 0 {
-        return Err(Qcow2Error::ReservedBits {
-            what: "subcluster bitmap without a host cluster",
-            value: bitmap,
-        });
+        return Err(Qcow2Error::ReservedBits { what: "subcluster bitmap without a host cluster", value: bitmap });
     }
     if alloc == u32::MAX {
         return Ok(L2Entry::Cluster(Mapping::Data(off)));
@@ -167,18 +130,9 @@ mod tests {
     #[test]
     fn standard_entries() {
         let h = hdr(false, 16);
-        assert_eq!(
-            l2_entry(&h, 0, 0).ok(),
-            Some(L2Entry::Cluster(Mapping::Zero))
-        );
-        assert_eq!(
-            l2_entry(&h, (1 << 63) | 0x30000, 0).ok(),
-            Some(L2Entry::Cluster(Mapping::Data(0x30000)))
-        );
-        assert_eq!(
-            l2_entry(&h, 0x30000 | 1, 0).ok(),
-            Some(L2Entry::Cluster(Mapping::Zero))
-        );
+        assert_eq!(l2_entry(&h, 0, 0).ok(), Some(L2Entry::Cluster(Mapping::Zero)));
+        assert_eq!(l2_entry(&h, (1 << 63) | 0x30000, 0).ok(), Some(L2Entry::Cluster(Mapping::Data(0x30000))));
+        assert_eq!(l2_entry(&h, 0x30000 | 1, 0).ok(), Some(L2Entry::Cluster(Mapping::Zero)));
         assert!(l2_entry(&h, 0x30200, 0).is_err()); // unaligned
         assert!(l2_entry(&h, 0x100, 0).is_err()); // reserved bits
         assert!(l2_entry(&h, 0x8000 & !0x1ff, 0).is_err()); // into header cluster
@@ -186,10 +140,7 @@ mod tests {
         let raw = (1u64 << 62) | (2u64 << 54) | 0x12345;
         assert_eq!(
             l2_entry(&h, raw, 0).ok(),
-            Some(L2Entry::Cluster(Mapping::Compressed {
-                offset: 0x12345,
-                len: 3 * 512 - 0x145
-            }))
+            Some(L2Entry::Cluster(Mapping::Compressed { offset: 0x12345, len: 3 * 512 - 0x145 }))
         );
         assert_eq!(l1_entry(&h, 0).ok(), Some(None));
         assert_eq!(l1_entry(&h, (1 << 63) | 0x20000).ok(), Some(Some(0x20000)));
@@ -199,14 +150,8 @@ mod tests {
     #[test]
     fn extended_entries() {
         let h = hdr(true, 16);
-        assert_eq!(
-            l2_entry(&h, 0x30000, u64::from(u32::MAX)).ok(),
-            Some(L2Entry::Cluster(Mapping::Data(0x30000)))
-        );
-        assert_eq!(
-            l2_entry(&h, 0, u64::from(u32::MAX) << 32).ok(),
-            Some(L2Entry::Cluster(Mapping::Zero))
-        );
+        assert_eq!(l2_entry(&h, 0x30000, u64::from(u32::MAX)).ok(), Some(L2Entry::Cluster(Mapping::Data(0x30000))));
+        assert_eq!(l2_entry(&h, 0, u64::from(u32::MAX) << 32).ok(), Some(L2Entry::Cluster(Mapping::Zero)));
         match l2_entry(&h, 0x30000, 0b101) {
             Ok(L2Entry::Subclusters(s)) => {
                 assert_eq!(s[0], Mapping::Data(0x30000));
