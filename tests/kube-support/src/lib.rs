@@ -1,0 +1,460 @@
+//! Test support for the single-machine Kubernetes test cluster built by `tests/cluster/up`.
+//!
+//! * [`TestCluster::start_or_reuse`] runs `tests/cluster/up` (a no-op when the cluster is already healthy) once per
+//!   process and returns a handle with the admin kubeconfig;
+//! * [`TestCluster::client`] builds a [`kube::Client`] for the current tokio runtime;
+//! * [`apply_yaml`] server-side-applies a multi-document YAML string (any kind, discovered at run time);
+//! * [`wait_for`] waits for a condition with a timeout and, on failure, returns an error that contains the object as
+//!   YAML plus its recent events.
+//! * [`TestNamespace`] creates a uniquely named namespace for one test.
+//!
+//! Cluster tests are `#[ignore]`d and run with `cargo test -p <crate> -- --ignored` after `tests/cluster/up`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Namespace};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{self, Scope};
+use kube::runtime::wait::{Condition, await_condition};
+use kube::{Client, Config, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Field manager used for server-side apply by [`apply_yaml`].
+pub const FIELD_MANAGER: &str = "kube-test-support";
+
+/// Errors from the test-support helpers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `tests/cluster/up` failed or could not be run.
+    #[error("tests/cluster/up failed: {0}")]
+    ClusterUp(String),
+    /// Reading the kubeconfig or building the client failed.
+    #[error("loading kubeconfig {path}")]
+    Kubeconfig {
+        /// The kubeconfig path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An API call failed.
+    #[error("kubernetes API call failed")]
+    Kube(#[from] kube::Error),
+    /// The YAML given to [`apply_yaml`] is invalid.
+    #[error("invalid YAML document #{index}: {message}")]
+    Yaml {
+        /// Zero-based index of the document in the stream.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A wait timed out; the message contains the object's last state and events.
+    #[error("timed out after {timeout:?} waiting for {what}\n{state}")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// The timeout.
+        timeout: Duration,
+        /// The object (YAML) and its recent events at the time of the timeout.
+        state: String,
+    },
+    /// Building or pushing an image with `tests/cluster/image-from-binaries` failed.
+    #[error("building image {name}: {message}")]
+    Image {
+        /// The requested `name:tag`.
+        name: String,
+        /// The script's exit status and stderr.
+        message: String,
+    },
+    /// Watching an object in [`wait_for`] failed.
+    #[error("watching {what}")]
+    Watch {
+        /// The watched object.
+        what: String,
+        /// The watch error.
+        #[source]
+        source: kube::runtime::wait::Error,
+    },
+    /// A command (for example kubectl) could not be run.
+    #[error("running {cmd}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Registry (on 127.0.0.1) that the test node pulls images from; `tests/cluster/up` pushes its images there.
+pub fn registry() -> String {
+    let port = std::env::var("KV_REGISTRY_PORT").unwrap_or_else(|_| "35000".to_owned());
+    format!("127.0.0.1:{port}")
+}
+
+/// Reference of a test image pushed by `tests/cluster/up` (`busybox`: `/bin/busybox` with applet links and
+/// `/bin/sh` as command; `pause`: the pod sandbox image).
+pub fn test_image(name: &str) -> String {
+    format!("{}/kubevirt-rs/{name}:1", registry())
+}
+
+/// Directory of the cluster scripts (`tests/cluster`) in this checkout.
+pub fn cluster_script_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("cluster")
+}
+
+/// The cluster's scratch directory: `$KV_CLUSTER_DIR`, else `${TMPDIR:-/tmp}/kubevirt-rs-cluster` (as in
+/// `tests/cluster/common.sh`).
+pub fn cluster_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("KV_CLUSTER_DIR") {
+        return PathBuf::from(d);
+    }
+    let tmp = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    tmp.join("kubevirt-rs-cluster")
+}
+
+/// A running test cluster (started by `tests/cluster/up`, shared by every test on the machine).
+#[derive(Debug, Clone)]
+pub struct TestCluster {
+    kubeconfig: PathBuf,
+}
+
+static UP_RESULT: OnceLock<Mutex<Option<Result<PathBuf, String>>>> = OnceLock::new();
+
+impl TestCluster {
+    /// Runs `tests/cluster/up` once per process (it returns at once when the cluster is already healthy, and
+    /// builds/starts it otherwise), then returns the handle. Fails loudly when the cluster cannot be started.
+    pub async fn start_or_reuse() -> Result<Self> {
+        let kubeconfig = tokio::task::spawn_blocking(run_up_once)
+            .await
+            .map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
+        Ok(Self { kubeconfig })
+    }
+
+    /// The admin kubeconfig (user in `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A client with admin rights. Create one per tokio runtime (each `#[tokio::test]` has its own).
+    pub async fn client(&self) -> Result<Client> {
+        client_from_kubeconfig(&self.kubeconfig).await
+    }
+
+    /// Runs the preinstalled `kubectl` against the cluster with `args`; returns the raw output.
+    pub fn kubectl<I, S>(&self, args: I) -> Result<std::process::Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        cmd.output().map_err(|source| Error::Command {
+            cmd: format!("{cmd:?}"),
+            source,
+        })
+    }
+}
+
+/// Packages host binaries (typically this workspace's, e.g. `env!("CARGO_BIN_EXE_<name>")`) into an image with
+/// busybox and their shared libraries, pushes it to the cluster registry and returns its reference
+/// (`tests/cluster/image-from-binaries`). Binaries are in `/usr/local/bin`, which is on `PATH`.
+pub fn push_image_from_binaries(name_tag: &str, binaries: &[&Path]) -> Result<String> {
+    let script = cluster_script_dir().join("image-from-binaries");
+    let mut cmd = Command::new(&script);
+    cmd.arg(name_tag).args(binaries);
+    let out = cmd.output().map_err(|source| Error::Command {
+        cmd: format!("{cmd:?}"),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(Error::Image {
+            name: name_tag.to_owned(),
+            message: format!(
+                "{} exited with {}: {}",
+                script.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn run_up_once() -> Result<PathBuf> {
+    let cell = UP_RESULT.get_or_init(|| Mutex::new(None));
+    let mut guard = cell
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(r) = guard.as_ref() {
+        return r.clone().map_err(Error::ClusterUp);
+    }
+    let up = cluster_script_dir().join("up");
+    let r = match Command::new(&up).output() {
+        Err(e) => Err(format!("cannot run {}: {e}", up.display())),
+        Ok(out) if !out.status.success() => Err(format!(
+            "{} exited with {}\n--- stdout\n{}\n--- stderr\n{}",
+            up.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        Ok(_) => Ok(cluster_dir().join("admin.kubeconfig")),
+    };
+    *guard = Some(r.clone());
+    r.map_err(Error::ClusterUp)
+}
+
+/// Builds a client from a kubeconfig file (its current context).
+pub async fn client_from_kubeconfig(path: &Path) -> Result<Client> {
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Kubeconfig {
+        path: path.to_owned(),
+        source,
+    };
+    let kc = Kubeconfig::read_from(path).map_err(|e| err(Box::new(e)))?;
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    Client::try_from(cfg).map_err(|e| err(Box::new(e)))
+}
+
+/// Server-side applies every document of a (multi-document) YAML string with field manager [`FIELD_MANAGER`]
+/// (forcing conflicts). Namespaced objects without `metadata.namespace` go to `namespace`. Returns the applied
+/// objects as the server returned them.
+pub async fn apply_yaml(
+    client: &Client,
+    namespace: &str,
+    yaml: &str,
+) -> Result<Vec<DynamicObject>> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(yaml).map_err(|e| Error::Yaml {
+            index: 0,
+            message: e.to_string(),
+        })?;
+    let mut applied = Vec::new();
+    for (index, doc) in docs.into_iter().enumerate() {
+        if doc.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_json::from_value(doc).map_err(|e| Error::Yaml {
+            index,
+            message: e.to_string(),
+        })?;
+        let types = obj.types.clone().ok_or_else(|| Error::Yaml {
+            index,
+            message: "missing apiVersion/kind".into(),
+        })?;
+        let gvk = GroupVersionKind::try_from(&types).map_err(|e| Error::Yaml {
+            index,
+            message: e.to_string(),
+        })?;
+        let name = obj.metadata.name.clone().ok_or_else(|| Error::Yaml {
+            index,
+            message: "missing metadata.name".into(),
+        })?;
+        let (ar, caps) = discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => {
+                let ns = obj
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.to_owned());
+                Api::namespaced_with(client.clone(), &ns, &ar)
+            }
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        applied.push(api.patch(&name, &pp, &Patch::Apply(&obj)).await?);
+    }
+    Ok(applied)
+}
+
+/// Waits until `cond` holds for object `name` of `api`, at most `timeout`. Returns the object that satisfied the
+/// condition. On timeout the error carries the object's current YAML and its recent events, so a failing test
+/// shows why.
+pub async fn wait_for<K, C>(api: &Api<K>, name: &str, timeout: Duration, cond: C) -> Result<K>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    C: Condition<K>,
+{
+    let what = format!("{} {name}", K::kind(&K::DynamicType::default()));
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
+        Ok(Ok(Some(obj))) => Ok(obj),
+        Ok(Ok(None)) => Err(Error::Timeout {
+            what: format!("{what} (the object was deleted)"),
+            timeout,
+            state: String::new(),
+        }),
+        Ok(Err(source)) => Err(Error::Watch { what, source }),
+        Err(_) => Err(Error::Timeout {
+            what,
+            timeout,
+            state: describe(api, name).await,
+        }),
+    }
+}
+
+/// The object as YAML plus its events (best effort; never fails).
+pub async fn describe<K>(api: &Api<K>, name: &str) -> String
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Serialize,
+    K::DynamicType: Default,
+{
+    let mut out = String::new();
+    match api.get_opt(name).await {
+        Ok(Some(obj)) => {
+            out.push_str("--- object\n");
+            out.push_str(
+                &serde_saphyr::to_string(&obj).unwrap_or_else(|e| format!("<unserialisable: {e}>")),
+            );
+            let ns = obj.namespace();
+            let events: Api<Event> = match ns.as_deref() {
+                Some(ns) => Api::namespaced(api.clone().into_client(), ns),
+                None => Api::all(api.clone().into_client()),
+            };
+            let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+            if let Ok(list) = events.list(&lp).await {
+                out.push_str("--- events\n");
+                for e in list.items {
+                    out.push_str(&format!(
+                        "{} {} x{}: {}\n",
+                        e.type_.unwrap_or_default(),
+                        e.reason.unwrap_or_default(),
+                        e.count.unwrap_or(1),
+                        e.message.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        Ok(None) => out.push_str("<object not found>\n"),
+        Err(e) => out.push_str(&format!("<get failed: {e}>\n")),
+    }
+    out
+}
+
+/// Waits until `f` (re-evaluated every 250 ms) returns `Some`, at most `timeout`.
+pub async fn poll_until<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                timeout,
+                state: String::new(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A namespace created for one test (`<prefix>-<random suffix>`), deleted by [`TestNamespace::delete`].
+/// Not deleted on drop, so a failing test leaves its objects for inspection.
+#[derive(Clone)]
+pub struct TestNamespace {
+    name: String,
+    client: Client,
+}
+
+impl std::fmt::Debug for TestNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestNamespace")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestNamespace {
+    /// Creates the namespace and waits until its `default` ServiceAccount exists (pods need it).
+    pub async fn create(client: &Client, prefix: &str) -> Result<Self> {
+        let api: Api<Namespace> = Api::all(client.clone());
+        let mut ns = Namespace::default();
+        ns.metadata.generate_name = Some(format!("{prefix}-"));
+        ns.metadata.labels = Some(
+            [(
+                "kubevirt-rs.test/test-namespace".to_owned(),
+                "true".to_owned(),
+            )]
+            .into(),
+        );
+        let created = api.create(&PostParams::default(), &ns).await?;
+        let name = created.name_any();
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &name);
+        poll_until(
+            &format!("default ServiceAccount in {name}"),
+            Duration::from_secs(30),
+            || {
+                let sas = sas.clone();
+                async move { sas.get_opt("default").await.ok().flatten() }
+            },
+        )
+        .await?;
+        Ok(Self {
+            name,
+            client: client.clone(),
+        })
+    }
+
+    /// The namespace name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the namespace (asynchronously; the namespace controller finishes it).
+    pub async fn delete(self) -> Result<()> {
+        let api: Api<Namespace> = Api::all(self.client);
+        api.delete(&self.name, &Default::default()).await?;
+        Ok(())
+    }
+}
+
+/// Watches `api` for objects matching `lp` and returns the first one that satisfies `pred`, at most `timeout`.
+pub async fn wait_for_any<K, F>(
+    api: &Api<K>,
+    lp: ListParams,
+    timeout: Duration,
+    mut pred: F,
+) -> Result<K>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
+    F: FnMut(&K) -> bool,
+{
+    let fut = async {
+        let mut interval = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            interval.tick().await;
+            if let Ok(list) = api.list(&lp).await
+                && let Some(o) = list.items.into_iter().find(|o| pred(o))
+            {
+                return o;
+            }
+        }
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| Error::Timeout {
+            what: "an object matching the predicate".into(),
+            timeout,
+            state: String::new(),
+        })
+}
