@@ -114,7 +114,9 @@ enum Cmd {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("IMPORTER_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IMPORTER_LOG").unwrap_or_else(|_| "importer=warn".into()),
+        )
         .with_target(false)
         .with_ansi(std::io::stderr().is_terminal())
         .init();

@@ -109,9 +109,7 @@ pub fn test_image(name: &str) -> String {
 
 /// Directory of the cluster scripts (`tests/cluster`) in this checkout.
 pub fn cluster_script_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("cluster")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("cluster")
 }
 
 /// The cluster's scratch directory: `$KV_CLUSTER_DIR`, else `${TMPDIR:-/tmp}/kubevirt-rs-cluster` (as in
@@ -136,9 +134,8 @@ impl TestCluster {
     /// Runs `tests/cluster/up` once per process (it returns at once when the cluster is already healthy, and
     /// builds/starts it otherwise), then returns the handle. Fails loudly when the cluster cannot be started.
     pub async fn start_or_reuse() -> Result<Self> {
-        let kubeconfig = tokio::task::spawn_blocking(run_up_once)
-            .await
-            .map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
+        let kubeconfig =
+            tokio::task::spawn_blocking(run_up_once).await.map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
         Ok(Self { kubeconfig })
     }
 
@@ -160,10 +157,7 @@ impl TestCluster {
     {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        cmd.output().map_err(|source| Error::Command {
-            cmd: format!("{cmd:?}"),
-            source,
-        })
+        cmd.output().map_err(|source| Error::Command { cmd: format!("{cmd:?}"), source })
     }
 }
 
@@ -174,10 +168,7 @@ pub fn push_image_from_binaries(name_tag: &str, binaries: &[&Path]) -> Result<St
     let script = cluster_script_dir().join("image-from-binaries");
     let mut cmd = Command::new(&script);
     cmd.arg(name_tag).args(binaries);
-    let out = cmd.output().map_err(|source| Error::Command {
-        cmd: format!("{cmd:?}"),
-        source,
-    })?;
+    let out = cmd.output().map_err(|source| Error::Command { cmd: format!("{cmd:?}"), source })?;
     if !out.status.success() {
         return Err(Error::Image {
             name: name_tag.to_owned(),
@@ -194,9 +185,7 @@ pub fn push_image_from_binaries(name_tag: &str, binaries: &[&Path]) -> Result<St
 
 fn run_up_once() -> Result<PathBuf> {
     let cell = UP_RESULT.get_or_init(|| Mutex::new(None));
-    let mut guard = cell
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut guard = cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(r) = guard.as_ref() {
         return r.clone().map_err(Error::ClusterUp);
     }
@@ -218,59 +207,34 @@ fn run_up_once() -> Result<PathBuf> {
 
 /// Builds a client from a kubeconfig file (its current context).
 pub async fn client_from_kubeconfig(path: &Path) -> Result<Client> {
-    let err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Kubeconfig {
-        path: path.to_owned(),
-        source,
-    };
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Kubeconfig { path: path.to_owned(), source };
     let kc = Kubeconfig::read_from(path).map_err(|e| err(Box::new(e)))?;
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| err(Box::new(e)))?;
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.map_err(|e| err(Box::new(e)))?;
     Client::try_from(cfg).map_err(|e| err(Box::new(e)))
 }
 
 /// Server-side applies every document of a (multi-document) YAML string with field manager [`FIELD_MANAGER`]
 /// (forcing conflicts). Namespaced objects without `metadata.namespace` go to `namespace`. Returns the applied
 /// objects as the server returned them.
-pub async fn apply_yaml(
-    client: &Client,
-    namespace: &str,
-    yaml: &str,
-) -> Result<Vec<DynamicObject>> {
+pub async fn apply_yaml(client: &Client, namespace: &str, yaml: &str) -> Result<Vec<DynamicObject>> {
     let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(yaml).map_err(|e| Error::Yaml {
-            index: 0,
-            message: e.to_string(),
-        })?;
+        serde_saphyr::from_multiple(yaml).map_err(|e| Error::Yaml { index: 0, message: e.to_string() })?;
     let mut applied = Vec::new();
     for (index, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
             continue;
         }
-        let obj: DynamicObject = serde_json::from_value(doc).map_err(|e| Error::Yaml {
-            index,
-            message: e.to_string(),
-        })?;
-        let types = obj.types.clone().ok_or_else(|| Error::Yaml {
-            index,
-            message: "missing apiVersion/kind".into(),
-        })?;
-        let gvk = GroupVersionKind::try_from(&types).map_err(|e| Error::Yaml {
-            index,
-            message: e.to_string(),
-        })?;
-        let name = obj.metadata.name.clone().ok_or_else(|| Error::Yaml {
-            index,
-            message: "missing metadata.name".into(),
-        })?;
+        let obj: DynamicObject =
+            serde_json::from_value(doc).map_err(|e| Error::Yaml { index, message: e.to_string() })?;
+        let types =
+            obj.types.clone().ok_or_else(|| Error::Yaml { index, message: "missing apiVersion/kind".into() })?;
+        let gvk = GroupVersionKind::try_from(&types).map_err(|e| Error::Yaml { index, message: e.to_string() })?;
+        let name =
+            obj.metadata.name.clone().ok_or_else(|| Error::Yaml { index, message: "missing metadata.name".into() })?;
         let (ar, caps) = discovery::pinned_kind(client, &gvk).await?;
         let api: Api<DynamicObject> = match caps.scope {
             Scope::Namespaced => {
-                let ns = obj
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| namespace.to_owned());
+                let ns = obj.metadata.namespace.clone().unwrap_or_else(|| namespace.to_owned());
                 Api::namespaced_with(client.clone(), &ns, &ar)
             }
             Scope::Cluster => Api::all_with(client.clone(), &ar),
@@ -293,17 +257,11 @@ where
     let what = format!("{} {name}", K::kind(&K::DynamicType::default()));
     match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
         Ok(Ok(Some(obj))) => Ok(obj),
-        Ok(Ok(None)) => Err(Error::Timeout {
-            what: format!("{what} (the object was deleted)"),
-            timeout,
-            state: String::new(),
-        }),
+        Ok(Ok(None)) => {
+            Err(Error::Timeout { what: format!("{what} (the object was deleted)"), timeout, state: String::new() })
+        }
         Ok(Err(source)) => Err(Error::Watch { what, source }),
-        Err(_) => Err(Error::Timeout {
-            what,
-            timeout,
-            state: describe(api, name).await,
-        }),
+        Err(_) => Err(Error::Timeout { what, timeout, state: describe(api, name).await }),
     }
 }
 
@@ -317,9 +275,7 @@ where
     match api.get_opt(name).await {
         Ok(Some(obj)) => {
             out.push_str("--- object\n");
-            out.push_str(
-                &serde_saphyr::to_string(&obj).unwrap_or_else(|e| format!("<unserialisable: {e}>")),
-            );
+            out.push_str(&serde_saphyr::to_string(&obj).unwrap_or_else(|e| format!("<unserialisable: {e}>")));
             let ns = obj.namespace();
             let events: Api<Event> = match ns.as_deref() {
                 Some(ns) => Api::namespaced(api.clone().into_client(), ns),
@@ -357,11 +313,7 @@ where
             return Ok(v);
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(Error::Timeout {
-                what: what.to_owned(),
-                timeout,
-                state: String::new(),
-            });
+            return Err(Error::Timeout { what: what.to_owned(), timeout, state: String::new() });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -377,9 +329,7 @@ pub struct TestNamespace {
 
 impl std::fmt::Debug for TestNamespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestNamespace")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+        f.debug_struct("TestNamespace").field("name", &self.name).finish_non_exhaustive()
     }
 }
 
@@ -389,30 +339,16 @@ impl TestNamespace {
         let api: Api<Namespace> = Api::all(client.clone());
         let mut ns = Namespace::default();
         ns.metadata.generate_name = Some(format!("{prefix}-"));
-        ns.metadata.labels = Some(
-            [(
-                "kubevirt-rs.test/test-namespace".to_owned(),
-                "true".to_owned(),
-            )]
-            .into(),
-        );
+        ns.metadata.labels = Some([("kubevirt-rs.test/test-namespace".to_owned(), "true".to_owned())].into());
         let created = api.create(&PostParams::default(), &ns).await?;
         let name = created.name_any();
-        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(client.clone(), &name);
-        poll_until(
-            &format!("default ServiceAccount in {name}"),
-            Duration::from_secs(30),
-            || {
-                let sas = sas.clone();
-                async move { sas.get_opt("default").await.ok().flatten() }
-            },
-        )
-        .await?;
-        Ok(Self {
-            name,
-            client: client.clone(),
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &name);
+        poll_until(&format!("default ServiceAccount in {name}"), Duration::from_secs(30), || {
+            let sas = sas.clone();
+            async move { sas.get_opt("default").await.ok().flatten() }
         })
+        .await?;
+        Ok(Self { name, client: client.clone() })
     }
 
     /// The namespace name.
@@ -429,12 +365,7 @@ impl TestNamespace {
 }
 
 /// Watches `api` for objects matching `lp` and returns the first one that satisfies `pred`, at most `timeout`.
-pub async fn wait_for_any<K, F>(
-    api: &Api<K>,
-    lp: ListParams,
-    timeout: Duration,
-    mut pred: F,
-) -> Result<K>
+pub async fn wait_for_any<K, F>(api: &Api<K>, lp: ListParams, timeout: Duration, mut pred: F) -> Result<K>
 where
     K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
     F: FnMut(&K) -> bool,
@@ -450,11 +381,9 @@ where
             }
         }
     };
-    tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| Error::Timeout {
-            what: "an object matching the predicate".into(),
-            timeout,
-            state: String::new(),
-        })
+    tokio::time::timeout(timeout, fut).await.map_err(|_| Error::Timeout {
+        what: "an object matching the predicate".into(),
+        timeout,
+        state: String::new(),
+    })
 }

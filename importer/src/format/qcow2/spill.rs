@@ -36,7 +36,7 @@ impl Spill {
     }
 
     /// Moves the in-memory contents to a file in the overflow directory.
-    fn to_file(&mut self, dir: &Path) -> Result<()> {
+    fn move_to_file(&mut self, dir: &Path) -> Result<()> {
         let file = tempfile::tempfile_in(dir).map_err(|source| Error::Scratch { path: dir.to_path_buf(), source })?;
         let old = std::mem::replace(
             &mut self.store,
@@ -65,7 +65,7 @@ impl Spill {
         match &mut self.store {
             Store::Memory(_) if self.used + len > MEMORY_LIMIT && self.overflow.is_some() => {
                 let dir = self.overflow.clone().unwrap_or_default();
-                self.to_file(&dir)?;
+                self.move_to_file(&dir)?;
                 return self.put(host, data);
             }
             Store::Memory(map) => {

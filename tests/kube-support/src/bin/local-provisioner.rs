@@ -15,8 +15,8 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, VolumeNodeAffinity,
+    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeSpec, VolumeNodeAffinity,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -58,41 +58,29 @@ struct ReconcileError(anyhow::Error);
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
     let args = Args::parse();
-    std::fs::create_dir_all(&args.storage_dir)
-        .with_context(|| format!("mkdir {}", args.storage_dir.display()))?;
+    std::fs::create_dir_all(&args.storage_dir).with_context(|| format!("mkdir {}", args.storage_dir.display()))?;
     let storage_dir = args.storage_dir.canonicalize()?;
     let client = kube_test_support::client_from_kubeconfig(&args.kubeconfig).await?;
-    let ctx = Arc::new(Ctx {
-        client: client.clone(),
-        storage_dir,
-    });
+    let ctx = Arc::new(Ctx { client: client.clone(), storage_dir });
     tracing::info!(provisioner = PROVISIONER, "starting");
 
-    let pvcs = Controller::new(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .run(reconcile_pvc, error_policy, ctx.clone())
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!("pvc reconcile: {e}");
-        }
-    });
-    let pvs = Controller::new(
-        Api::<PersistentVolume>::all(client),
-        watcher::Config::default(),
-    )
-    .run(reconcile_pv, error_policy, ctx)
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!("pv reconcile: {e}");
-        }
-    });
+    let pvcs = Controller::new(Api::<PersistentVolumeClaim>::all(client.clone()), watcher::Config::default())
+        .run(reconcile_pvc, error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!("pvc reconcile: {e}");
+            }
+        });
+    let pvs = Controller::new(Api::<PersistentVolume>::all(client), watcher::Config::default())
+        .run(reconcile_pv, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!("pv reconcile: {e}");
+            }
+        });
     tokio::join!(pvcs, pvs);
     Ok(())
 }
@@ -102,10 +90,7 @@ fn error_policy<K>(_obj: Arc<K>, err: &ReconcileError, _ctx: Arc<Ctx>) -> Action
     Action::requeue(Duration::from_secs(2))
 }
 
-async fn reconcile_pvc(
-    pvc: Arc<PersistentVolumeClaim>,
-    ctx: Arc<Ctx>,
-) -> Result<Action, ReconcileError> {
+async fn reconcile_pvc(pvc: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     provision(&pvc, &ctx).await.map_err(ReconcileError)
 }
 
@@ -117,18 +102,13 @@ async fn provision(pvc: &PersistentVolumeClaim, ctx: &Ctx) -> Result<Action> {
     let Some(spec) = pvc.spec.as_ref() else {
         return Ok(Action::await_change());
     };
-    if pvc.metadata.deletion_timestamp.is_some()
-        || spec.volume_name.as_deref().is_some_and(|v| !v.is_empty())
-    {
+    if pvc.metadata.deletion_timestamp.is_some() || spec.volume_name.as_deref().is_some_and(|v| !v.is_empty()) {
         return Ok(Action::await_change());
     }
     let Some(sc_name) = spec.storage_class_name.as_deref() else {
         return Ok(Action::await_change());
     };
-    let Some(sc) = Api::<StorageClass>::all(ctx.client.clone())
-        .get_opt(sc_name)
-        .await?
-    else {
+    let Some(sc) = Api::<StorageClass>::all(ctx.client.clone()).get_opt(sc_name).await? else {
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
     if sc.provisioner != PROVISIONER {
@@ -167,8 +147,7 @@ async fn provision(pvc: &PersistentVolumeClaim, ctx: &Ctx) -> Result<Action> {
 
     let (backing, local_path) = if block {
         let file = ctx.storage_dir.join(format!("{pv_name}.img"));
-        let f =
-            std::fs::File::create(&file).with_context(|| format!("create {}", file.display()))?;
+        let f = std::fs::File::create(&file).with_context(|| format!("create {}", file.display()))?;
         f.set_len(bytes)?;
         drop(f);
         let dev = losetup_attach(&file).await?;
@@ -186,11 +165,7 @@ async fn provision(pvc: &PersistentVolumeClaim, ctx: &Ctx) -> Result<Action> {
             operator: "In".into(),
             values: Some(vec![node]),
         },
-        None => NodeSelectorRequirement {
-            key: NODE_LABEL.into(),
-            operator: "Exists".into(),
-            values: None,
-        },
+        None => NodeSelectorRequirement { key: NODE_LABEL.into(), operator: "Exists".into(), values: None },
     };
     let pv = PersistentVolume {
         metadata: ObjectMeta {
@@ -202,16 +177,11 @@ async fn provision(pvc: &PersistentVolumeClaim, ctx: &Ctx) -> Result<Action> {
             ..Default::default()
         },
         spec: Some(PersistentVolumeSpec {
-            capacity: Some(BTreeMap::from([(
-                "storage".to_owned(),
-                Quantity(request.0.clone()),
-            )])),
+            capacity: Some(BTreeMap::from([("storage".to_owned(), Quantity(request.0.clone()))])),
             access_modes: spec.access_modes.clone(),
             volume_mode: Some(if block { "Block" } else { "Filesystem" }.to_owned()),
             storage_class_name: Some(sc_name.to_owned()),
-            persistent_volume_reclaim_policy: Some(
-                sc.reclaim_policy.clone().unwrap_or_else(|| "Delete".into()),
-            ),
+            persistent_volume_reclaim_policy: Some(sc.reclaim_policy.clone().unwrap_or_else(|| "Delete".into())),
             claim_ref: Some(ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("PersistentVolumeClaim".into()),
@@ -220,10 +190,7 @@ async fn provision(pvc: &PersistentVolumeClaim, ctx: &Ctx) -> Result<Action> {
                 uid: Some(uid.clone()),
                 ..Default::default()
             }),
-            local: Some(LocalVolumeSource {
-                path: local_path.clone(),
-                fs_type: None,
-            }),
+            local: Some(LocalVolumeSource { path: local_path.clone(), fs_type: None }),
             node_affinity: Some(VolumeNodeAffinity {
                 required: Some(NodeSelector {
                     node_selector_terms: vec![NodeSelectorTerm {
@@ -243,12 +210,7 @@ async fn provision(pvc: &PersistentVolumeClaim, ctx: &Ctx) -> Result<Action> {
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(Action::await_change()),
         Err(e) => {
-            remove_backing(
-                &ctx.storage_dir,
-                &backing,
-                block.then_some(local_path.as_str()),
-            )
-            .await?;
+            remove_backing(&ctx.storage_dir, &backing, block.then_some(local_path.as_str())).await?;
             Err(e.into())
         }
     }
@@ -261,25 +223,13 @@ async fn release(pv: &PersistentVolume, ctx: &Ctx) -> Result<Action> {
     let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
     let spec = pv.spec.as_ref();
     let policy = spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
-    if phase != Some("Released")
-        || policy != Some("Delete")
-        || pv.metadata.deletion_timestamp.is_some()
-    {
+    if phase != Some("Released") || policy != Some("Delete") || pv.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let backing = pv
-        .annotations()
-        .get(ANN_BACKING)
-        .map(PathBuf::from)
-        .context("PV without backing annotation")?;
+    let backing = pv.annotations().get(ANN_BACKING).map(PathBuf::from).context("PV without backing annotation")?;
     let block = spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block");
     let dev = spec.and_then(|s| s.local.as_ref()).map(|l| l.path.clone());
-    remove_backing(
-        &ctx.storage_dir,
-        &backing,
-        if block { dev.as_deref() } else { None },
-    )
-    .await?;
+    remove_backing(&ctx.storage_dir, &backing, if block { dev.as_deref() } else { None }).await?;
     let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
     match pvs.delete(&pv.name_any(), &DeleteParams::default()).await {
         Ok(_) => {}
@@ -294,17 +244,12 @@ async fn release(pv: &PersistentVolume, ctx: &Ctx) -> Result<Action> {
 /// storage directory.
 async fn remove_backing(storage_dir: &Path, backing: &Path, loop_dev: Option<&str>) -> Result<()> {
     if !backing.starts_with(storage_dir) || backing == storage_dir {
-        bail!(
-            "refusing to remove {} (outside {})",
-            backing.display(),
-            storage_dir.display()
-        );
+        bail!("refusing to remove {} (outside {})", backing.display(), storage_dir.display());
     }
     if let Some(dev) = loop_dev {
         // Detach only if the device is still backed by our file (the number may have been reused otherwise).
         let name = dev.trim_start_matches("/dev/");
-        let bf = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
-            .unwrap_or_default();
+        let bf = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap_or_default();
         if Path::new(bf.trim()) == backing {
             run("losetup", &["-d", dev]).await?;
         }
@@ -329,17 +274,9 @@ async fn losetup_attach(file: &Path) -> Result<String> {
 }
 
 async fn run(cmd: &str, args: &[&str]) -> Result<String> {
-    let out = tokio::process::Command::new(cmd)
-        .args(args)
-        .output()
-        .await
-        .with_context(|| format!("run {cmd}"))?;
+    let out = tokio::process::Command::new(cmd).args(args).output().await.with_context(|| format!("run {cmd}"))?;
     if !out.status.success() {
-        bail!(
-            "{cmd} {args:?}: {} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("{cmd} {args:?}: {} {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -354,9 +291,7 @@ fn set_mode(p: &Path, mode: u32) -> Result<()> {
 /// suffixes, optional fraction) into bytes, rounding up.
 fn parse_quantity(q: &str) -> Result<u64> {
     let q = q.trim();
-    let split = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(q.len());
+    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
     let (num, suffix) = q.split_at(split);
     let mult: u128 = match suffix {
         "" => 1,
@@ -375,17 +310,11 @@ fn parse_quantity(q: &str) -> Result<u64> {
         _ => bail!("unsupported quantity {q:?}"),
     };
     let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    let int: u128 = if int.is_empty() {
-        0
-    } else {
-        int.parse().with_context(|| format!("quantity {q:?}"))?
-    };
+    let int: u128 = if int.is_empty() { 0 } else { int.parse().with_context(|| format!("quantity {q:?}"))? };
     let mut bytes = int.checked_mul(mult).context("quantity overflow")?;
     if !frac.is_empty() {
         let digits = u32::try_from(frac.len()).context("quantity fraction too long")?;
-        let denom = 10u128
-            .checked_pow(digits)
-            .context("quantity fraction too long")?;
+        let denom = 10u128.checked_pow(digits).context("quantity fraction too long")?;
         let f: u128 = frac.parse().with_context(|| format!("quantity {q:?}"))?;
         bytes += (f * mult).div_ceil(denom);
     }
