@@ -44,9 +44,11 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// Talking to an HTTP(S) server failed.
-    #[error("Unable to connect to http data source: {url}: {message}")]
-    Http {
+    /// Talking to the source's server failed (CDI's "Unable to connect to <kind> data source" family).
+    #[error("Unable to connect to {kind} data source: {url}: {message}")]
+    Connect {
+        /// `http`, `s3` or `registry`.
+        kind: &'static str,
         /// The URL requested.
         url: String,
         /// What went wrong (status line or transport error chain).
@@ -105,7 +107,7 @@ pub enum Error {
         available: u64,
     },
     /// The data produced by the source exceeds the target size (e.g. a decompression bomb).
-    #[error("image data exceeds the target size of {limit} bytes (write at offset {offset})")]
+    #[error("image data is larger than the reported available storage {limit} (data at offset {offset}). A larger PVC is required")]
     DataBeyondTarget {
         /// The target size.
         limit: u64,
@@ -133,6 +135,10 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A registry image's layout is unusable (no disk file, more than one file under `disk/`, a malformed
+    /// layer, a bootc image).
+    #[error("invalid container image: {0}")]
+    ContainerImage(String),
     /// The delegated `qemu-img` conversion failed.
     #[error("qemu-img {operation} failed: {message}")]
     QemuImg {
@@ -148,7 +154,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidRequest(_) => ErrorKind::InvalidRequest,
-            Error::OpenSource { .. } | Error::Http { .. } => ErrorKind::Connect,
+            Error::OpenSource { .. } | Error::Connect { .. } => ErrorKind::Connect,
             Error::SourceRead { .. } | Error::Sink { .. } | Error::Scratch { .. } => {
                 if self.is_no_space() {
                     ErrorKind::Capacity
@@ -156,7 +162,9 @@ impl Error {
                     ErrorKind::Io
                 }
             }
-            Error::Decompress { .. } | Error::Format { .. } | Error::QemuImg { .. } => ErrorKind::InvalidImage,
+            Error::Decompress { .. } | Error::Format { .. } | Error::QemuImg { .. } | Error::ContainerImage(_) => {
+                ErrorKind::InvalidImage
+            }
             Error::ChecksumMismatch { .. } => ErrorKind::Checksum,
             Error::SizeTooSmall { .. } | Error::TargetTooSmall { .. } | Error::DataBeyondTarget { .. } => {
                 ErrorKind::Capacity

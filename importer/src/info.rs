@@ -9,7 +9,7 @@ use crate::format::qcow2::header::Encryption;
 use crate::format::{FormatError, HeaderInfo, peek_header, qemu_img};
 use crate::pipeline::{compression_name, probe};
 use crate::progress::Progress;
-use crate::source::{HttpOptions, SourceLocation};
+use crate::source::{SourceOptions, SourceLocation};
 use crate::{Error, Result};
 
 /// What `info` reports.
@@ -34,7 +34,7 @@ pub struct InfoReport {
 }
 
 /// Inspects `location`. Must run on a blocking thread inside the runtime of `rt`.
-pub fn info(location: &SourceLocation, http: &HttpOptions, rt: &tokio::runtime::Handle) -> Result<InfoReport> {
+pub fn info(location: &SourceLocation, http: &SourceOptions, rt: &tokio::runtime::Handle) -> Result<InfoReport> {
     let p = probe(location, http, rt, &Progress::new(), None)?;
     let compressed = !p.compressions.is_empty();
     let compression = compression_name(&p.compressions);

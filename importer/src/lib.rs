@@ -14,14 +14,17 @@
 //!
 //! Entry points: [`pipeline::import`] and [`info::info`]. The binary in `main.rs` only parses arguments.
 
+pub mod archive;
 pub mod checksum;
 pub mod decompress;
 pub mod detect;
 pub mod error;
 pub mod format;
 pub mod info;
+pub mod metrics;
 pub mod pipeline;
 pub mod plan;
+pub mod pod;
 pub mod progress;
 pub mod sink;
 pub mod size;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use importer::checksum::ExpectedChecksum;
 use importer::progress::Progress;
-use importer::source::{HttpOptions, SourceLocation, http::parse_header};
+use importer::source::{SourceOptions, SourceLocation, http::parse_header};
+use importer::plan::SizeRule;
 use importer::{ImportRequest, size::parse_size};
 
 #[derive(Parser)]
@@ -48,30 +49,48 @@ struct HttpArgs {
     /// Retries per request and per stalled/reset transfer.
     #[arg(long, default_value_t = 5)]
     retries: u32,
+    /// S3 endpoint for `s3://bucket/key` sources, e.g. http://127.0.0.1:9000 (default: AWS).
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// Registry images: the architecture to pick from a manifest list, Go naming (default: this machine's).
+    #[arg(long, value_name = "ARCH")]
+    architecture: Option<String>,
 }
 
 impl HttpArgs {
-    fn options(&self) -> anyhow::Result<HttpOptions> {
+    /// Parses SOURCE; `--s3-endpoint` applies to `s3://` sources.
+    fn location(&self, source: &str) -> anyhow::Result<SourceLocation> {
+        let mut loc = SourceLocation::parse(source)?;
+        if let (SourceLocation::S3 { endpoint, .. }, Some(ep)) = (&mut loc, &self.s3_endpoint) {
+            *endpoint = Some(reqwest::Url::parse(ep).map_err(|e| anyhow::anyhow!("invalid --s3-endpoint {ep:?}: {e}"))?);
+        }
+        Ok(loc)
+    }
+
+    fn options(&self) -> anyhow::Result<SourceOptions> {
         let headers = self.headers.iter().map(|h| parse_header(h)).collect::<Result<Vec<_>, _>>()?;
         let basic_auth = match (&self.access_key_id, &self.secret_key) {
             (Some(u), Some(p)) if !u.is_empty() => Some((u.clone(), p.clone())),
             (Some(u), None) if !u.is_empty() => Some((u.clone(), String::new())),
             _ => None,
         };
-        Ok(HttpOptions {
+        Ok(SourceOptions {
             cert_dir: self.cert_dir.clone(),
             insecure: self.insecure,
             headers,
             basic_auth,
             stall_timeout: Duration::from_secs(self.stall_timeout.max(1)),
             max_retries: self.retries,
-            ..HttpOptions::default()
+            platform_architecture: self.architecture.clone(),
+            ..SourceOptions::default()
         })
     }
 }
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Pod mode: import as CDI's importer pod, configured by CDI's environment (IMPORTER_SOURCE, …).
+    Run,
     /// Import SOURCE (path, file://, http://, https://) into DEST (file or block device) as raw.
     Import {
         /// The image source.
@@ -120,6 +139,13 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    // CDI starts its importer with `-v=N -alsologtostderr` and configures it by environment: with
+    // IMPORTER_SOURCE set and no subcommand, run as the pod.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if std::env::var_os("IMPORTER_SOURCE").is_some() && args.iter().all(|a| a.starts_with('-') && a != "--help" && a != "-h")
+    {
+        return pod_main();
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -134,6 +160,42 @@ fn main() -> ExitCode {
     }
 }
 
+/// Pod mode: reads the environment, serves metrics, imports, writes the termination message.
+fn pod_main() -> ExitCode {
+    use importer::pod::{self, PodConfig, Termination};
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let term_log = env
+        .get("IMPORTER_TERMINATION_LOG")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from("/dev/termination-log"), PathBuf::from);
+    let term = match (PodConfig::from_env(&env), runtime()) {
+        (Err(e), _) => Termination { message: e.to_string(), exit_code: 1 },
+        (_, Err(e)) => Termination { message: format!("Unable to process data: {e}"), exit_code: 1 },
+        (Ok(cfg), Ok(rt)) => {
+            let progress = Progress::new();
+            let metrics = importer::metrics::Metrics::new(progress.clone(), cfg.owner_uid.clone());
+            match rt.block_on(importer::metrics::serve(cfg.paths.metrics_addr, metrics)) {
+                Ok(addr) => tracing::info!(%addr, "serving progress metrics"),
+                Err(e) => tracing::warn!("progress metrics unavailable: {e}"),
+            }
+            let handle = rt.handle().clone();
+            let p2 = progress.clone();
+            let c2 = cfg.clone();
+            let r = rt.block_on(async move { tokio::task::spawn_blocking(move || pod::run(&c2, &handle, &p2)).await });
+            r.unwrap_or_else(|e| Termination { message: format!("Unable to process data: {e}"), exit_code: 1 })
+        }
+    };
+    if let Err(e) = std::fs::write(&term_log, &term.message) {
+        eprintln!("cannot write termination message to {}: {e}", term_log.display());
+    }
+    if term.exit_code == 0 {
+        println!("{}", term.message);
+    } else {
+        eprintln!("{}", term.message);
+    }
+    ExitCode::from(term.exit_code)
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
@@ -141,12 +203,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let rt = runtime()?;
     match cli.cmd {
+        Cmd::Run => match pod_main() {
+            c if c == ExitCode::SUCCESS => Ok(()),
+            _ => std::process::exit(1),
+        },
         Cmd::Import { source, dest, checksum, size, preallocate, scratch, output, no_progress, http } => {
             let req = ImportRequest {
-                source: SourceLocation::parse(&source)?,
+                source: http.location(&source)?,
                 dest,
                 checksum: checksum.map(|c| c.parse::<ExpectedChecksum>()).transpose().map_err(anyhow::Error::msg)?,
-                size: size.map(|s| parse_size(&s)).transpose().map_err(anyhow::Error::msg)?,
+                size: match size {
+                    Some(s) => SizeRule::Exact(parse_size(&s).map_err(anyhow::Error::msg)?),
+                    None => SizeRule::Virtual,
+                },
                 preallocate,
                 http: http.options()?,
                 scratch: Some(scratch.unwrap_or_else(std::env::temp_dir)),
@@ -181,7 +250,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Info { source, output, http } => {
-            let loc = SourceLocation::parse(&source)?;
+            let loc = http.location(&source)?;
             let opts = http.options()?;
             let handle = rt.handle().clone();
             let report = rt.block_on(async move {

@@ -17,10 +17,10 @@ use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
 use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
 use crate::format::{self, FormatError, qemu_img};
-use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan};
+use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SizeRule};
 use crate::progress::{CountingReader, Phase, Progress};
 use crate::sink::{self, Sink};
-use crate::source::{self, HttpOptions, OpenedSource, SourceLocation};
+use crate::source::{self, SourceOptions, OpenedSource, SourceLocation};
 use crate::{Error, Result};
 
 /// A validated import request: the only input of [`import`].
@@ -32,12 +32,12 @@ pub struct ImportRequest {
     pub dest: PathBuf,
     /// Expected checksum of the source bytes as served.
     pub checksum: Option<ExpectedChecksum>,
-    /// Final size (the image is grown with zeroes to it; smaller than the image is an error).
-    pub size: Option<u64>,
+    /// How the target is sized.
+    pub size: SizeRule,
     /// Allocate the whole target.
     pub preallocate: bool,
     /// HTTP settings.
-    pub http: HttpOptions,
+    pub http: SourceOptions,
     /// Scratch directory for formats/sources that need one.
     pub scratch: Option<PathBuf>,
 }
@@ -65,6 +65,9 @@ pub struct ImportReport {
     pub preallocated: bool,
     /// How the import ran (see [`Plan::name`]).
     pub strategy: &'static str,
+    /// Registry images: the config's `Env` entries.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub image_env: Vec<String>,
 }
 
 /// Wraps `e` so it survives a trip through `io::Read` layers; [`untag`] recovers it.
@@ -83,6 +86,14 @@ pub fn untag(e: io::Error, offset: u64) -> Error {
         return Error::SourceRead { offset, source: io::Error::other("lost error") };
     }
     Error::SourceRead { offset, source: e }
+}
+
+/// Recovers an [`Error`] carried in an `io::Error` by [`tag`]; anything else is mapped by `f`.
+pub fn untag_or(e: io::Error, f: impl FnOnce(io::Error) -> Error) -> Error {
+    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
+        return untag(e, 0);
+    }
+    f(e)
 }
 
 /// Maps untagged errors of the inner reader with `f`.
@@ -131,6 +142,8 @@ pub struct Probed {
     pub head: Vec<u8>,
     /// The innermost stream from offset 0.
     pub stream: BoxRead,
+    /// Registry images: the config's `Env` entries.
+    pub image_env: Vec<String>,
 }
 
 /// Bytes peeked from the innermost stream: a qcow2 header cluster or the ISO signature fit.
@@ -139,12 +152,12 @@ const HEAD_LEN: usize = 64 << 10;
 /// Opens the source and sniffs compression wrappers and the format. `hasher` taps the bytes as served.
 pub fn probe(
     location: &SourceLocation,
-    http: &HttpOptions,
+    http: &SourceOptions,
     rt: &tokio::runtime::Handle,
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<Probed> {
-    let OpenedSource { stream, size, random_access, local_path } = source::open(location, http, rt)?;
+    let OpenedSource { stream, size, random_access, local_path, image_env } = source::open(location, http, rt)?;
     let loc = location.clone();
     let counted = CountingReader::new(stream, progress.clone());
     let raw: BoxRead = match hasher {
@@ -154,11 +167,14 @@ pub fn probe(
     let mut stream: BoxRead = Box::new(Tagger {
         inner: raw,
         pos: 0,
-        f: move |e: io::Error, offset| match &loc {
-            SourceLocation::Http(u) => {
-                Error::Http { url: u.to_string(), message: format!("transfer failed at byte {offset}: {e}") }
-            }
-            SourceLocation::File(_) => Error::SourceRead { offset, source: e },
+        f: move |e: io::Error, offset| {
+            let kind = match &loc {
+                SourceLocation::File(_) => return Error::SourceRead { offset, source: e },
+                SourceLocation::Http(_) => "http",
+                SourceLocation::S3 { .. } => "s3",
+                SourceLocation::Registry(_) => "registry",
+            };
+            Error::Connect { kind, url: loc.to_string(), message: format!("transfer failed at byte {offset}: {e}") }
         },
     });
     let mut compressions = Vec::new();
@@ -184,7 +200,7 @@ pub fn probe(
     if format == ImageFormat::Raw && ImageFormat::is_iso(&head) {
         format = ImageFormat::Iso;
     }
-    Ok(Probed { size, random_access, local_path, compressions, format, head, stream })
+    Ok(Probed { size, random_access, local_path, compressions, format, head, stream, image_env })
 }
 
 /// `gzip+xz`-style name of the wrappers, outermost first; `none` without.
@@ -216,6 +232,7 @@ pub fn import(req: &ImportRequest, progress: &Progress, rt: &tokio::runtime::Han
     tracing::info!(format = %probed.format, compression = %compression_name(&probed.compressions), strategy = plan.name(), "probed source");
     let mut sink = sink::open(&req.dest, req.preallocate)?;
     let compression = compression_name(&probed.compressions);
+    let image_env = probed.image_env.clone();
     let format = probed.format;
     match execute(req, plan, probed, sink.as_mut(), progress, hasher.as_ref()) {
         Ok((virtual_size, target_size)) => {
@@ -249,6 +266,7 @@ pub fn import(req: &ImportRequest, progress: &Progress, rt: &tokio::runtime::Han
                 checksum,
                 preallocated: report.preallocated,
                 strategy: plan.name(),
+                image_env,
             })
         }
         Err(e) => {
@@ -280,7 +298,7 @@ fn execute(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<(u64, u64)> {
-    let Probed { size, random_access, local_path, compressions, format, head, mut stream } = probed;
+    let Probed { size, random_access, local_path, compressions, format, head, mut stream, .. } = probed;
     let compressed = !compressions.is_empty();
     progress.start_phase(Phase::Import, size);
     // Bytes counted while probing belong to this phase too.
@@ -291,7 +309,7 @@ fn execute(
             if let Some(vs) = known {
                 plan::target_size(vs, req.size, sink.capacity())?;
             }
-            let limit = match (req.size, sink.capacity()) {
+            let limit = match (req.size.limit(), sink.capacity()) {
                 (Some(s), Some(c)) => Some(s.min(c)),
                 (s, c) => s.or(c),
             };

@@ -108,15 +108,45 @@ pub fn plan(p: Probe) -> Result<Plan> {
     }
 }
 
-/// Final target size: the requested size, else the virtual size; a request below the virtual size and a
-/// target too small for the result are errors.
-pub fn target_size(virtual_size: u64, requested: Option<u64>, capacity: Option<u64>) -> Result<u64> {
-    if let Some(r) = requested
-        && r < virtual_size
-    {
-        return Err(Error::SizeTooSmall { requested: r, virtual_size });
+/// How the target is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SizeRule {
+    /// The image's virtual size.
+    #[default]
+    Virtual,
+    /// Exactly this size (CLI `--size`): grown with zeroes; smaller than the image is an error.
+    Exact(u64),
+    /// CDI's pod sizing: grow to `usable` (never shrink); an image larger than `available` is an error.
+    Fill {
+        /// Usable bytes (after filesystem overhead).
+        usable: u64,
+        /// Bytes the volume offers.
+        available: u64,
+    },
+}
+
+impl SizeRule {
+    /// The most data that may be written before the image is known to be too large.
+    pub fn limit(self) -> Option<u64> {
+        match self {
+            SizeRule::Virtual => None,
+            SizeRule::Exact(n) => Some(n),
+            SizeRule::Fill { available, .. } => Some(available),
+        }
     }
-    let size = requested.unwrap_or(virtual_size);
+}
+
+/// Final target size for an image of `virtual_size` under `rule` on a target of `capacity` (block devices).
+pub fn target_size(virtual_size: u64, rule: SizeRule, capacity: Option<u64>) -> Result<u64> {
+    let size = match rule {
+        SizeRule::Virtual => virtual_size,
+        SizeRule::Exact(r) if r < virtual_size => return Err(Error::SizeTooSmall { requested: r, virtual_size }),
+        SizeRule::Exact(r) => r,
+        SizeRule::Fill { available, .. } if virtual_size > available => {
+            return Err(Error::TargetTooSmall { virtual_size, available });
+        }
+        SizeRule::Fill { usable, .. } => usable.max(virtual_size),
+    };
     if let Some(c) = capacity
         && size > c
     {
@@ -151,10 +181,14 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(target_size(100, None, None).ok(), Some(100));
-        assert_eq!(target_size(100, Some(200), Some(200)).ok(), Some(200));
-        let e = target_size(100, Some(50), None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(target_size(100, SizeRule::Virtual, None).ok(), Some(100));
+        assert_eq!(target_size(100, SizeRule::Exact(200), Some(200)).ok(), Some(200));
+        assert_eq!(target_size(100, SizeRule::Fill { usable: 150, available: 160 }, None).ok(), Some(150));
+        assert_eq!(target_size(155, SizeRule::Fill { usable: 150, available: 160 }, None).ok(), Some(155));
+        let e = target_size(170, SizeRule::Fill { usable: 150, available: 160 }, None).err().map(|e| e.to_string());
+        assert!(e.unwrap_or_default().contains("is larger than the reported available storage 160"));
+        let e = target_size(100, SizeRule::Exact(50), None).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("50") && e.contains("100"), "{e}");
-        assert!(matches!(target_size(100, None, Some(99)), Err(Error::TargetTooSmall { .. })));
+        assert!(matches!(target_size(100, SizeRule::Virtual, Some(99)), Err(Error::TargetTooSmall { .. })));
     }
 }

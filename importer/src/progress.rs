@@ -55,6 +55,7 @@ struct Inner {
     total: AtomicU64, // u64::MAX = unknown
     source_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    spooled: std::sync::atomic::AtomicBool,
     started: Instant,
 }
 
@@ -85,6 +86,8 @@ pub struct Snapshot {
     pub written_bytes: u64,
     /// Seconds since the import started.
     pub elapsed: f64,
+    /// Whether the source was spooled to scratch space (conversion then follows as a second half).
+    pub spooled: bool,
 }
 
 impl Snapshot {
@@ -104,6 +107,7 @@ impl Progress {
                 total: AtomicU64::new(u64::MAX),
                 source_bytes: AtomicU64::new(0),
                 written_bytes: AtomicU64::new(0),
+                spooled: false.into(),
                 started: Instant::now(),
             }),
         }
@@ -113,6 +117,9 @@ impl Progress {
     pub fn start_phase(&self, phase: Phase, total: Option<u64>) {
         self.inner.done.store(0, Ordering::Relaxed);
         self.inner.total.store(total.unwrap_or(u64::MAX), Ordering::Relaxed);
+        if phase == Phase::Spool {
+            self.inner.spooled.store(true, Ordering::Relaxed);
+        }
         self.inner.phase.store(phase as u8, Ordering::Release);
     }
 
@@ -151,6 +158,7 @@ impl Progress {
             source_bytes: self.inner.source_bytes.load(Ordering::Relaxed),
             written_bytes: self.inner.written_bytes.load(Ordering::Relaxed),
             elapsed: self.inner.started.elapsed().as_secs_f64(),
+            spooled: self.inner.spooled.load(Ordering::Relaxed),
         }
     }
 }

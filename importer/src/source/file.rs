@@ -54,5 +54,6 @@ pub fn open(path: &Path) -> Result<OpenedSource> {
         size: Some(size),
         random_access: Some(Arc::new(access)),
         local_path: Some(path.to_path_buf()),
+        image_env: Vec::new(),
     })
 }

@@ -20,42 +20,9 @@ use reqwest::{Method, StatusCode, Url};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{OpenedSource, RandomAccess};
+use super::{OpenedSource, RandomAccess, SourceOptions};
 use crate::error::chain_line;
 use crate::{Error, Result};
-
-/// HTTP client settings.
-#[derive(Debug, Clone)]
-pub struct HttpOptions {
-    /// Directory whose every file is a PEM CA certificate (bundle) added to the trusted roots.
-    pub cert_dir: Option<PathBuf>,
-    /// Skip TLS certificate verification.
-    pub insecure: bool,
-    /// Extra request headers.
-    pub headers: Vec<(String, String)>,
-    /// Basic-auth credentials (user, password).
-    pub basic_auth: Option<(String, String)>,
-    /// A transfer that delivers no byte for this long is retried.
-    pub stall_timeout: Duration,
-    /// Attempts per request, and per stretch of the stream without progress.
-    pub max_retries: u32,
-    /// First backoff delay; doubled per attempt.
-    pub backoff: Duration,
-}
-
-impl Default for HttpOptions {
-    fn default() -> Self {
-        HttpOptions {
-            cert_dir: None,
-            insecure: false,
-            headers: Vec::new(),
-            basic_auth: None,
-            stall_timeout: Duration::from_secs(60),
-            max_retries: 5,
-            backoff: Duration::from_millis(500),
-        }
-    }
-}
 
 /// Parses `Name: value` into a header pair.
 pub fn parse_header(line: &str) -> Result<(String, String)> {
@@ -92,14 +59,14 @@ impl Failure {
 
 struct Client {
     client: reqwest::Client,
-    opts: HttpOptions,
+    opts: SourceOptions,
     headers: HeaderMap,
     url: Url,
     /// Where the redirects of the last successful request ended.
     resolved: Mutex<Url>,
 }
 
-fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
+fn build_client(opts: &SourceOptions) -> Result<reqwest::Client> {
     let mut b = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(USER_AGENT)
@@ -130,7 +97,7 @@ fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
 }
 
 impl Client {
-    fn new(url: &Url, opts: &HttpOptions) -> Result<Self> {
+    fn new(url: &Url, opts: &SourceOptions) -> Result<Self> {
         let mut headers = HeaderMap::new();
         for (k, v) in &opts.headers {
             let name =
@@ -247,7 +214,7 @@ impl Client {
     }
 
     fn error(&self, f: &Failure) -> Error {
-        Error::Http { url: redact(&self.url), message: f.message().to_string() }
+        Error::Connect { kind: "http", url: redact(&self.url), message: f.message().to_string() }
     }
 }
 
@@ -276,7 +243,7 @@ fn content_range_start(h: &HeaderMap) -> Option<u64> {
 
 /// Opens an HTTP(S) source: HEAD for size and Range support (a failing HEAD is tolerated), then the GET that
 /// is streamed.
-pub fn open(url: &Url, opts: &HttpOptions, rt: &Handle) -> Result<OpenedSource> {
+pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource> {
     let client = Arc::new(Client::new(url, opts)?);
     let (head_len, head_ranges) = match rt.block_on(client.send_once(Method::HEAD, None, false)) {
         Ok(r) => (content_length(r.headers()), accepts_ranges(r.headers())),
@@ -304,6 +271,7 @@ pub fn open(url: &Url, opts: &HttpOptions, rt: &Handle) -> Result<OpenedSource> 
         size,
         random_access,
         local_path: None,
+        image_env: Vec::new(),
     })
 }
 

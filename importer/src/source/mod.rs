@@ -6,14 +6,51 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::decompress::BoxRead;
 use crate::{Error, Result};
 
 pub mod file;
 pub mod http;
+pub mod registry;
+pub mod s3;
 
-pub use http::HttpOptions;
+/// Settings shared by the network sources (HTTP, S3, registry).
+#[derive(Debug, Clone)]
+pub struct SourceOptions {
+    /// Directory whose every file is a PEM CA certificate (bundle) added to the trusted roots.
+    pub cert_dir: Option<PathBuf>,
+    /// Skip TLS certificate verification (registry: also allow plain HTTP).
+    pub insecure: bool,
+    /// Extra request headers (HTTP).
+    pub headers: Vec<(String, String)>,
+    /// Credentials: basic auth for HTTP and registries, access key id and secret key for S3.
+    pub basic_auth: Option<(String, String)>,
+    /// A transfer that delivers no byte for this long is retried.
+    pub stall_timeout: Duration,
+    /// Attempts per request, and per stretch of the stream without progress.
+    pub max_retries: u32,
+    /// First backoff delay; doubled per attempt.
+    pub backoff: Duration,
+    /// Registry: the architecture to pick from a manifest list (default: this machine's, as Go names it).
+    pub platform_architecture: Option<String>,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        SourceOptions {
+            cert_dir: None,
+            insecure: false,
+            headers: Vec::new(),
+            basic_auth: None,
+            stall_timeout: Duration::from_secs(60),
+            max_retries: 5,
+            backoff: Duration::from_millis(500),
+            platform_architecture: None,
+        }
+    }
+}
 
 /// Positional reads of the source's bytes (as served, before decompression).
 pub trait RandomAccess: Send + Sync {
@@ -31,6 +68,16 @@ pub enum SourceLocation {
     File(PathBuf),
     /// An `http://` or `https://` URL.
     Http(reqwest::Url),
+    /// An S3 object: `s3://bucket/key` (AWS endpoint, or `endpoint` when given) or, as CDI's `source: s3`
+    /// gives it, `https://endpoint/bucket/key` (path style).
+    S3 {
+        /// The object URL as given.
+        url: reqwest::Url,
+        /// Endpoint override (`--s3-endpoint`), for `s3://` URLs.
+        endpoint: Option<reqwest::Url>,
+    },
+    /// A container image in a registry: `docker://host[:port]/repo[:tag|@digest]`.
+    Registry(String),
 }
 
 impl SourceLocation {
@@ -40,12 +87,14 @@ impl SourceLocation {
             let url = reqwest::Url::parse(s).map_err(|e| Error::InvalidRequest(format!("invalid URL {s:?}: {e}")))?;
             match scheme.to_ascii_lowercase().as_str() {
                 "http" | "https" => Ok(SourceLocation::Http(url)),
+                "s3" => Ok(SourceLocation::S3 { url, endpoint: None }),
+                "docker" => Ok(SourceLocation::Registry(s[s.find("://").map_or(0, |i| i + 3)..].to_string())),
                 "file" => url
                     .to_file_path()
                     .map(SourceLocation::File)
                     .map_err(|()| Error::InvalidRequest(format!("invalid file URL {s:?}"))),
                 other => Err(Error::InvalidRequest(format!(
-                    "unsupported source scheme {other:?} in {s:?} (expected a path, file://, http:// or https://)"
+                    "unsupported source scheme {other:?} in {s:?} (expected a path, file://, http://, https://, s3:// or docker://)"
                 ))),
             }
         } else if s.is_empty() {
@@ -60,11 +109,12 @@ impl fmt::Display for SourceLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SourceLocation::File(p) => write!(f, "{}", p.display()),
-            SourceLocation::Http(u) => {
+            SourceLocation::Http(u) | SourceLocation::S3 { url: u, .. } => {
                 let mut u = u.clone();
                 let _ = u.set_password(None);
                 write!(f, "{u}")
             }
+            SourceLocation::Registry(r) => write!(f, "docker://{r}"),
         }
     }
 }
@@ -79,14 +129,18 @@ pub struct OpenedSource {
     pub random_access: Option<Arc<dyn RandomAccess>>,
     /// The local path, for tools that need a seekable file (a local source only).
     pub local_path: Option<PathBuf>,
+    /// Registry images: the image config's `Env` entries (`NAME=value`), for CDI's label mapping.
+    pub image_env: Vec<String>,
 }
 
 /// Opens `location`. HTTP needs a Tokio runtime handle; the returned stream and random access block on it,
 /// so they must be used from a blocking thread.
-pub fn open(location: &SourceLocation, http: &HttpOptions, rt: &tokio::runtime::Handle) -> Result<OpenedSource> {
+pub fn open(location: &SourceLocation, http: &SourceOptions, rt: &tokio::runtime::Handle) -> Result<OpenedSource> {
     match location {
         SourceLocation::File(p) => file::open(p),
         SourceLocation::Http(u) => http::open(u, http, rt),
+        SourceLocation::S3 { url, endpoint } => s3::open(url, endpoint.as_ref(), http, rt),
+        SourceLocation::Registry(r) => registry::open(r, http, rt),
     }
 }
 
