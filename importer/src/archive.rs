@@ -109,7 +109,8 @@ pub fn extract(stream: &mut dyn Read, root: &Path) -> Result<ArchiveReport> {
     let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
     let entries = archive.entries().map_err(|e| refuse(format!("not a tar archive: {e}")))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| crate::pipeline::untag_or(e, |e| refuse(format!("corrupt tar archive: {e}"))))?;
+        let mut entry =
+            entry.map_err(|e| crate::pipeline::untag_or(e, |e| refuse(format!("corrupt tar archive: {e}"))))?;
         let raw_path = entry.path().map_err(|e| refuse(format!("bad entry name: {e}")))?.into_owned();
         let rel = clean(&raw_path)?;
         if rel.as_os_str().is_empty() {
@@ -123,7 +124,12 @@ pub fn extract(stream: &mut dyn Read, root: &Path) -> Result<ArchiveReport> {
                 ensure_parents(root, &rel)?;
                 match fs::symlink_metadata(&dest) {
                     Ok(m) if m.is_dir() => {}
-                    Ok(_) => return Err(refuse(format!("archive entry {} replaces a file with a directory", rel.display()))),
+                    Ok(_) => {
+                        return Err(refuse(format!(
+                            "archive entry {} replaces a file with a directory",
+                            rel.display()
+                        )));
+                    }
                     Err(_) => fs::create_dir(&dest).map_err(|source| Error::Sink { path: dest.clone(), source })?,
                 }
                 dir_modes.push((dest, mode));
@@ -138,9 +144,8 @@ pub fn extract(stream: &mut dyn Read, root: &Path) -> Result<ArchiveReport> {
                     .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
                     .open(&dest)
                     .map_err(|source| Error::Sink { path: dest.clone(), source })?;
-                let n = io::copy(&mut entry, &mut f).map_err(|e| {
-                    crate::pipeline::untag_or(e, |e| Error::Sink { path: dest.clone(), source: e })
-                })?;
+                let n = io::copy(&mut entry, &mut f)
+                    .map_err(|e| crate::pipeline::untag_or(e, |e| Error::Sink { path: dest.clone(), source: e }))?;
                 f.set_permissions(fs::Permissions::from_mode(mode))
                     .map_err(|source| Error::Sink { path: dest.clone(), source })?;
                 report.files += 1;
@@ -162,7 +167,8 @@ pub fn extract(stream: &mut dyn Read, root: &Path) -> Result<ArchiveReport> {
                 }
                 ensure_parents(root, &rel)?;
                 clear(&dest)?;
-                std::os::unix::fs::symlink(&target, &dest).map_err(|source| Error::Sink { path: dest.clone(), source })?;
+                std::os::unix::fs::symlink(&target, &dest)
+                    .map_err(|source| Error::Sink { path: dest.clone(), source })?;
             }
             tar::EntryType::Link => {
                 let target = entry
@@ -171,7 +177,11 @@ pub fn extract(stream: &mut dyn Read, root: &Path) -> Result<ArchiveReport> {
                     .ok_or_else(|| refuse(format!("hard link {} has no target", rel.display())))?
                     .into_owned();
                 let target_rel = clean(&target).map_err(|_| {
-                    refuse(format!("hard link {} -> {} points outside the target directory", rel.display(), target.display()))
+                    refuse(format!(
+                        "hard link {} -> {} points outside the target directory",
+                        rel.display(),
+                        target.display()
+                    ))
                 })?;
                 let src = root.join(&target_rel);
                 ensure_parents(root, &target_rel)?;
@@ -189,7 +199,9 @@ pub fn extract(stream: &mut dyn Read, root: &Path) -> Result<ArchiveReport> {
                 clear(&dest)?;
                 fs::hard_link(&src, &dest).map_err(|source| Error::Sink { path: dest.clone(), source })?;
             }
-            tar::EntryType::XHeader | tar::EntryType::XGlobalHeader | tar::EntryType::GNULongName
+            tar::EntryType::XHeader
+            | tar::EntryType::XGlobalHeader
+            | tar::EntryType::GNULongName
             | tar::EntryType::GNULongLink => {}
             other => {
                 return Err(refuse(format!("archive entry {} has unsupported type {other:?}", rel.display())));
@@ -197,7 +209,8 @@ pub fn extract(stream: &mut dyn Read, root: &Path) -> Result<ArchiveReport> {
         }
     }
     for (dir, mode) in dir_modes.into_iter().rev() {
-        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(|source| Error::Sink { path: dir, source })?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
+            .map_err(|source| Error::Sink { path: dir, source })?;
     }
     Ok(report)
 }

@@ -107,7 +107,9 @@ pub enum Error {
         available: u64,
     },
     /// The data produced by the source exceeds the target size (e.g. a decompression bomb).
-    #[error("image data is larger than the reported available storage {limit} (data at offset {offset}). A larger PVC is required")]
+    #[error(
+        "image data is larger than the reported available storage {limit} (data at offset {offset}). A larger PVC is required"
+    )]
     DataBeyondTarget {
         /// The target size.
         limit: u64,

@@ -9,7 +9,7 @@ use crate::format::qcow2::header::Encryption;
 use crate::format::{FormatError, HeaderInfo, peek_header, qemu_img};
 use crate::pipeline::{compression_name, probe};
 use crate::progress::Progress;
-use crate::source::{SourceOptions, SourceLocation};
+use crate::source::{SourceLocation, SourceOptions};
 use crate::{Error, Result};
 
 /// What `info` reports.

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use importer::checksum::ExpectedChecksum;
-use importer::progress::Progress;
-use importer::source::{SourceOptions, SourceLocation, http::parse_header};
 use importer::plan::SizeRule;
+use importer::progress::Progress;
+use importer::source::{SourceLocation, SourceOptions, http::parse_header};
 use importer::{ImportRequest, size::parse_size};
 
 #[derive(Parser)]
@@ -62,7 +62,8 @@ impl HttpArgs {
     fn location(&self, source: &str) -> anyhow::Result<SourceLocation> {
         let mut loc = SourceLocation::parse(source)?;
         if let (SourceLocation::S3 { endpoint, .. }, Some(ep)) = (&mut loc, &self.s3_endpoint) {
-            *endpoint = Some(reqwest::Url::parse(ep).map_err(|e| anyhow::anyhow!("invalid --s3-endpoint {ep:?}: {e}"))?);
+            *endpoint =
+                Some(reqwest::Url::parse(ep).map_err(|e| anyhow::anyhow!("invalid --s3-endpoint {ep:?}: {e}"))?);
         }
         Ok(loc)
     }
@@ -142,7 +143,8 @@ fn main() -> ExitCode {
     // CDI starts its importer with `-v=N -alsologtostderr` and configures it by environment: with
     // IMPORTER_SOURCE set and no subcommand, run as the pod.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if std::env::var_os("IMPORTER_SOURCE").is_some() && args.iter().all(|a| a.starts_with('-') && a != "--help" && a != "-h")
+    if std::env::var_os("IMPORTER_SOURCE").is_some()
+        && args.iter().all(|a| a.starts_with('-') && a != "--help" && a != "-h")
     {
         return pod_main();
     }

@@ -86,8 +86,8 @@ fn acceptor() -> Result<tokio_rustls::TlsAcceptor, String> {
     let ck = rcgen::generate_simple_self_signed(vec![hostname, String::from("localhost")])
         .map_err(|e| format!("certificate: {e}"))?;
     let cert = ck.cert.der().clone();
-    let key = rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der())
-        .map_err(|e| format!("key: {e}"))?;
+    let key =
+        rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der()).map_err(|e| format!("key: {e}"))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

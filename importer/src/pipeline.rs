@@ -20,7 +20,7 @@ use crate::format::{self, FormatError, qemu_img};
 use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SizeRule};
 use crate::progress::{CountingReader, Phase, Progress};
 use crate::sink::{self, Sink};
-use crate::source::{self, SourceOptions, OpenedSource, SourceLocation};
+use crate::source::{self, OpenedSource, SourceLocation, SourceOptions};
 use crate::{Error, Result};
 
 /// A validated import request: the only input of [`import`].

@@ -131,7 +131,8 @@ impl PodConfig {
             Some(other) => return Err(invalid("IMPORTER_CONTENTTYPE", format!("{other:?} (kubevirt or archive)"))),
         };
         let url = |what: &'static str| {
-            reqwest::Url::parse(&endpoint).map_err(|e| invalid("IMPORTER_ENDPOINT", format!("{endpoint:?} for {what}: {e}")))
+            reqwest::Url::parse(&endpoint)
+                .map_err(|e| invalid("IMPORTER_ENDPOINT", format!("{endpoint:?} for {what}: {e}")))
         };
         let source = match get("IMPORTER_SOURCE").as_deref().unwrap_or("http") {
             "http" => {
@@ -145,7 +146,9 @@ impl PodConfig {
             "registry" => PodSource::Registry(
                 endpoint
                     .strip_prefix("docker://")
-                    .ok_or_else(|| invalid("IMPORTER_ENDPOINT", format!("{endpoint:?}: registry sources need docker://")))?
+                    .ok_or_else(|| {
+                        invalid("IMPORTER_ENDPOINT", format!("{endpoint:?}: registry sources need docker://"))
+                    })?
                     .to_string(),
             ),
             "none" => PodSource::Blank,
@@ -310,7 +313,8 @@ pub fn env_labels(env: &[String]) -> BTreeMap<String, String> {
         if suffix.is_empty() {
             continue;
         }
-        let domain = if prefix.is_empty() { String::from("kubevirt.io") } else { format!("{}.kubevirt.io", prefix.join(".")) };
+        let domain =
+            if prefix.is_empty() { String::from("kubevirt.io") } else { format!("{}.kubevirt.io", prefix.join(".")) };
         out.insert(format!("{domain}/{suffix}"), value.to_string());
     }
     out
@@ -377,9 +381,10 @@ fn terminate(result: Result<Done, Error>, scratch_available: bool) -> Terminatio
                 exit_code: 0,
             },
             ErrorKind::Connect => Termination { message: fit(e.one_line()), exit_code: 1 },
-            ErrorKind::Capacity if !e.one_line().contains("is larger than the reported available") => {
-                Termination { message: fit(format!("Unable to process data: {}: no space left on device", e.one_line())), exit_code: 1 }
-            }
+            ErrorKind::Capacity if !e.one_line().contains("is larger than the reported available") => Termination {
+                message: fit(format!("Unable to process data: {}: no space left on device", e.one_line())),
+                exit_code: 1,
+            },
             _ => Termination { message: fit(format!("Unable to process data: {}", e.one_line())), exit_code: 1 },
         },
     }
@@ -431,7 +436,8 @@ fn blank(cfg: &PodConfig, vol: &Volume) -> Result<Done, Error> {
 }
 
 fn set_mode(path: &Path) -> Result<(), Error> {
-    fs::set_permissions(path, fs::Permissions::from_mode(0o660)).map_err(|source| Error::Sink { path: path.to_path_buf(), source })
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
+        .map_err(|source| Error::Sink { path: path.to_path_buf(), source })
 }
 
 fn location(src: &PodSource) -> SourceLocation {
@@ -444,9 +450,16 @@ fn location(src: &PodSource) -> SourceLocation {
 }
 
 /// Archive content: extract the (decompressed) tar into the data directory; checksum over the bytes served.
-fn extract_archive(cfg: &PodConfig, vol: &Volume, rt: &tokio::runtime::Handle, progress: &Progress) -> Result<Done, Error> {
+fn extract_archive(
+    cfg: &PodConfig,
+    vol: &Volume,
+    rt: &tokio::runtime::Handle,
+    progress: &Progress,
+) -> Result<Done, Error> {
     let Volume::Filesystem(dir) = vol else {
-        return Err(Error::InvalidRequest(String::from("content type archive needs a filesystem volume, not a block device")));
+        return Err(Error::InvalidRequest(String::from(
+            "content type archive needs a filesystem volume, not a block device",
+        )));
     };
     clean_dir(dir)?;
     let hasher = cfg.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
@@ -454,7 +467,10 @@ fn extract_archive(cfg: &PodConfig, vol: &Volume, rt: &tokio::runtime::Handle, p
     if probed.format != ImageFormat::Tar {
         return Err(Error::Format {
             format: probed.format,
-            source: FormatError::Invalid(format!("content type archive needs a tar archive, the source is {}", probed.format)),
+            source: FormatError::Invalid(format!(
+                "content type archive needs a tar archive, the source is {}",
+                probed.format
+            )),
         });
     }
     progress.start_phase(Phase::Import, probed.size);
@@ -592,22 +608,35 @@ mod tests {
 
     #[test]
     fn termination_protocol() {
-        let ok = terminate(Ok(Done { preallocated: true, image_env: vec!["A_KUBEVIRT_IO_B=c".into()], blank: false }), false);
+        let ok = terminate(
+            Ok(Done { preallocated: true, image_env: vec!["A_KUBEVIRT_IO_B=c".into()], blank: false }),
+            false,
+        );
         assert_eq!(ok.exit_code, 0);
         assert_eq!(
             ok.message,
             r#"{"scratchSpaceRequired":false,"preallocationApplied":true,"labels":{"a.kubevirt.io/b":"c"},"message":"Import Complete"}"#
         );
-        let mismatch = terminate(Err(Error::ChecksumMismatch { expected: "md5:00".into(), calculated: "md5:11".into() }), false);
+        let mismatch =
+            terminate(Err(Error::ChecksumMismatch { expected: "md5:00".into(), calculated: "md5:11".into() }), false);
         assert_eq!(mismatch.exit_code, 0);
         assert_eq!(
             mismatch.message,
             r#"{"message":"Unable to process data: checksum validation failed: checksum mismatch: expected md5:00, calculated md5:11"}"#
         );
-        let conn = terminate(Err(Error::Connect { kind: "http", url: "http://h/x".into(), message: "expected status code 200, got 404. Status: 404 Not Found".into() }), false);
+        let conn = terminate(
+            Err(Error::Connect {
+                kind: "http",
+                url: "http://h/x".into(),
+                message: "expected status code 200, got 404. Status: 404 Not Found".into(),
+            }),
+            false,
+        );
         assert_eq!((conn.exit_code, conn.message.starts_with("Unable to connect to http data source: ")), (1, true));
         let big = terminate(Err(Error::TargetTooSmall { virtual_size: 10, available: 5 }), false);
-        assert!(big.message.starts_with("Unable to process data: virtual image size 10 is larger than the reported available storage 5"));
+        assert!(big.message.starts_with(
+            "Unable to process data: virtual image size 10 is larger than the reported available storage 5"
+        ));
         let blank = terminate(Ok(Done { blank: true, ..Done::default() }), false);
         assert_eq!(blank.message, r#"{"preallocationApplied":false,"message":"Import Complete"}"#);
         let scratch = terminate(Err(Error::ScratchRequired("x".into())), false);

@@ -82,7 +82,6 @@ mod tests {
         assert!(parse_quantity("").is_err());
     }
 
-
     #[test]
     fn sizes() {
         assert_eq!(parse_size("123"), Ok(123));

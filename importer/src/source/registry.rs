@@ -81,9 +81,8 @@ const DISK_DIR: &str = "disk";
 /// Opens `reference` (`host[:port]/repo[:tag|@digest]`) and streams the image's disk file.
 pub fn open(reference: &str, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource> {
     let url = format!("docker://{reference}");
-    let image: Reference = reference
-        .parse()
-        .map_err(|e| Error::InvalidRequest(format!("invalid image reference {reference:?}: {e}")))?;
+    let image: Reference =
+        reference.parse().map_err(|e| Error::InvalidRequest(format!("invalid image reference {reference:?}: {e}")))?;
     let certs = load_certs(opts)?;
     let auth = match &opts.basic_auth {
         Some((u, p)) => RegistryAuth::Basic(u.clone(), p.clone()),
@@ -150,26 +149,29 @@ pub fn open(reference: &str, opts: &SourceOptions, rt: &Handle) -> Result<Opened
     }
     tracing::info!(%url, layers = manifest.layers.len(), "pulling containerDisk image");
 
-    let layers = RegistryLayers { client, image, layers: manifest.layers, rt: rt.clone(), stall: opts.stall_timeout };
+    let (cancel, cancelled) = tokio::sync::watch::channel(false);
+    let layers =
+        RegistryLayers { client, image, layers: manifest.layers, rt: rt.clone(), stall: opts.stall_timeout, cancelled };
     let (tx, rx) = sync_channel(CHANNEL_DEPTH);
     let worker_url = url.clone();
-    std::thread::Builder::new()
+    let worker = std::thread::Builder::new()
         .name(String::from("registry-layers"))
         .spawn(move || run(&layers, &worker_url, &tx))
         .map_err(|e| Error::InvalidRequest(format!("cannot start the registry reader thread: {e}")))?;
-    match rx.recv() {
-        Ok(Msg::Start { size, path }) => {
+    let mut reader = DiskReader { rx: Some(rx), cur: Bytes::new(), done: false, cancel, worker: Some(worker) };
+    match reader.recv() {
+        Some(Msg::Start { size, path }) => {
             tracing::info!(%url, disk = %path, size, "streaming the disk file");
             Ok(OpenedSource {
-                stream: Box::new(DiskReader { rx, cur: Bytes::new(), done: false }),
+                stream: Box::new(reader),
                 size,
                 random_access: None,
                 local_path: None,
                 image_env: info.env,
             })
         }
-        Ok(Msg::Fail(e)) => Err(e),
-        Ok(Msg::Data(_) | Msg::End) | Err(_) => {
+        Some(Msg::Fail(e)) => Err(e),
+        Some(Msg::Data(_) | Msg::End) | None => {
             Err(Error::InvalidRequest(String::from("registry reader stopped before selecting the disk file")))
         }
     }
@@ -202,7 +204,8 @@ fn load_certs(opts: &SourceOptions) -> Result<Vec<Certificate>> {
         if name.starts_with('.') || !p.is_file() {
             continue;
         }
-        let text = fs::read_to_string(&p).map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
+        let text =
+            fs::read_to_string(&p).map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
         let before = certs.len();
         for block in pem_certificates(&text) {
             reqwest::Certificate::from_pem(block.as_bytes())
@@ -347,6 +350,23 @@ struct RegistryLayers {
     layers: Vec<OciDescriptor>,
     rt: Handle,
     stall: Duration,
+    /// Becomes true when the reader is dropped: blob reads stop at once.
+    cancelled: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Runs `fut` on the runtime unless or until the reader is dropped.
+fn block_on_unless_cancelled<T>(
+    rt: &Handle,
+    cancelled: &tokio::sync::watch::Receiver<bool>,
+    fut: impl Future<Output = T>,
+) -> io::Result<T> {
+    let mut cancelled = cancelled.clone();
+    rt.block_on(async move {
+        tokio::select! {
+            r = fut => Ok(r),
+            _ = cancelled.wait_for(|c| *c) => Err(io::Error::new(io::ErrorKind::Interrupted, "import cancelled")),
+        }
+    })
 }
 
 impl LayerSource for RegistryLayers {
@@ -364,19 +384,22 @@ impl LayerSource for RegistryLayers {
         if !(mt.contains("tar") || mt.contains("layer")) {
             return Err(Error::ContainerImage(format!("{} has unsupported media type {mt}", self.describe(i))));
         }
-        let stream = self.rt.block_on(self.client.pull_blob_stream(&self.image, desc)).map_err(|e| {
-            Error::Connect {
-                kind: "registry",
-                url: format!("docker://{}", self.image.whole()),
-                message: format!("failed to pull image: {}: {}", self.describe(i), chain_line(&e)),
-            }
-        })?;
+        let connect = |message: String| Error::Connect {
+            kind: "registry",
+            url: format!("docker://{}", self.image.whole()),
+            message: format!("failed to pull image: {}: {message}", self.describe(i)),
+        };
+        let stream =
+            block_on_unless_cancelled(&self.rt, &self.cancelled, self.client.pull_blob_stream(&self.image, desc))
+                .map_err(|e| connect(e.to_string()))?
+                .map_err(|e| connect(chain_line(&e)))?;
         let failure = Failure::default();
         let reader = BlobReader {
             stream: stream.stream,
             cur: Bytes::new(),
             rt: self.rt.clone(),
             stall: self.stall,
+            cancelled: self.cancelled.clone(),
             failure: failure.clone(),
         };
         Ok((Box::new(reader), failure))
@@ -390,6 +413,7 @@ struct BlobReader {
     cur: Bytes,
     rt: Handle,
     stall: Duration,
+    cancelled: tokio::sync::watch::Receiver<bool>,
     failure: Failure,
 }
 
@@ -405,7 +429,11 @@ impl BlobReader {
 impl Read for BlobReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.cur.is_empty() {
-            let next = self.rt.block_on(tokio::time::timeout(self.stall, self.stream.next()));
+            let (stall, stream) = (self.stall, &mut self.stream);
+            // The timer must be created inside the runtime: build it in the future.
+            let next = block_on_unless_cancelled(&self.rt, &self.cancelled, async move {
+                tokio::time::timeout(stall, stream.next()).await
+            })?;
             match next {
                 Err(_) => {
                     let e = io::Error::new(io::ErrorKind::TimedOut, format!("no data for {:?} (stalled)", self.stall));
@@ -540,14 +568,20 @@ struct Walker<'a> {
     tx: &'a SyncSender<Msg>,
     sums: Vec<Option<Summary>>,
     committed: Option<(String, Node)>,
+    /// The committed file's last chunk, delivered only once the image proved valid: a consumer that stops
+    /// reading at the disk file's last byte still sees a violation found after it was streamed.
+    tail: Option<Vec<u8>>,
 }
 
 /// Runs the walk and reports its outcome to the reader.
 fn run(src: &dyn LayerSource, url: &str, tx: &SyncSender<Msg>) {
-    let mut w = Walker { src, url, tx, sums: vec![None; src.count()], committed: None };
+    let mut w = Walker { src, url, tx, sums: vec![None; src.count()], committed: None, tail: None };
     let outcome = w.walk_all();
     let _ = match outcome {
-        Ok(()) => tx.send(Msg::End),
+        Ok(()) => match w.tail.take() {
+            Some(t) => tx.send(Msg::Data(t)).and_then(|()| tx.send(Msg::End)),
+            None => tx.send(Msg::End),
+        },
         Err(Stop::Fail(e)) => tx.send(Msg::Fail(e)),
         Err(Stop::Cancelled) => Ok(()),
     };
@@ -567,7 +601,9 @@ impl Walker<'_> {
         }
         let files = || visible.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
         if visible.len() > 1 {
-            return Err(Error::ContainerImage(format!("image directory contains more than one file: {}", files())).into());
+            return Err(
+                Error::ContainerImage(format!("image directory contains more than one file: {}", files())).into()
+            );
         }
         match (&self.committed, visible.iter().next()) {
             (_, None) => {
@@ -686,6 +722,8 @@ impl Walker<'_> {
             let size = (!etype.is_gnu_sparse()).then(|| entry.size());
             self.committed = Some((path.clone(), node));
             self.tx.send(Msg::Start { size, path }).map_err(|_| Stop::Cancelled)?;
+            // The last chunk is held back until the whole image has been checked (see `walk_all`).
+            let mut pending: Option<Vec<u8>> = None;
             loop {
                 let mut buf = vec![0u8; CHUNK];
                 let n = read_full(&mut entry, &mut buf).map_err(|e| lerr(self, e))?;
@@ -693,8 +731,11 @@ impl Walker<'_> {
                     break;
                 }
                 buf.truncate(n);
-                self.tx.send(Msg::Data(buf)).map_err(|_| Stop::Cancelled)?;
+                if let Some(prev) = pending.replace(buf) {
+                    self.tx.send(Msg::Data(prev)).map_err(|_| Stop::Cancelled)?;
+                }
             }
+            self.tail = pending;
         }
         // Read what follows the end-of-archive marker too, so that the blob's digest gets verified.
         let mut rest = archive.into_inner();
@@ -705,9 +746,30 @@ impl Walker<'_> {
 
 /// The synchronous end of the worker's channel: the disk file's bytes.
 struct DiskReader {
-    rx: Receiver<Msg>,
+    rx: Option<Receiver<Msg>>,
     cur: Bytes,
     done: bool,
+    /// Tells the worker to stop (set on drop).
+    cancel: tokio::sync::watch::Sender<bool>,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DiskReader {
+    fn recv(&mut self) -> Option<Msg> {
+        self.rx.as_ref()?.recv().ok()
+    }
+}
+
+impl Drop for DiskReader {
+    /// Stops the worker and waits for it, so that it never outlives the import (nor uses a runtime that is
+    /// shutting down).
+    fn drop(&mut self) {
+        let _ = self.cancel.send(true);
+        self.rx = None;
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
 }
 
 impl Read for DiskReader {
@@ -716,15 +778,17 @@ impl Read for DiskReader {
             if self.done {
                 return Ok(0);
             }
-            match self.rx.recv() {
-                Ok(Msg::Data(b)) => self.cur = Bytes::from(b),
-                Ok(Msg::End) => self.done = true,
-                Ok(Msg::Fail(e)) => {
+            match self.recv() {
+                Some(Msg::Data(b)) => self.cur = Bytes::from(b),
+                Some(Msg::End) => self.done = true,
+                Some(Msg::Fail(e)) => {
                     self.done = true;
                     return Err(tag(e));
                 }
-                Ok(Msg::Start { .. }) => return Err(io::Error::other("registry reader: unexpected second disk file")),
-                Err(_) => {
+                Some(Msg::Start { .. }) => {
+                    return Err(io::Error::other("registry reader: unexpected second disk file"));
+                }
+                None => {
                     self.done = true;
                     return Err(io::Error::other("registry reader stopped before the end of the disk file"));
                 }
@@ -806,7 +870,8 @@ mod tests {
         let r = match rx.recv().unwrap() {
             Msg::Start { size, .. } => {
                 let mut out = Vec::new();
-                let mut r = DiskReader { rx, cur: Bytes::new(), done: false };
+                let (cancel, _) = tokio::sync::watch::channel(false);
+                let mut r = DiskReader { rx: Some(rx), cur: Bytes::new(), done: false, cancel, worker: None };
                 match r.read_to_end(&mut out) {
                     Ok(_) => Ok((size, out)),
                     Err(e) => Err(crate::pipeline::untag(e, 0).to_string()),
