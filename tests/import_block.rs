@@ -4,72 +4,10 @@
 //! Needs `tests/infra/import-env.sh up`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
-use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileTypeExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Mutex;
 
 use integration_tests::messages as msg;
 use integration_tests::*;
-
-/// `losetup -f` picks a free device; serialize attaching within this process.
-static LOSETUP: Mutex<()> = Mutex::new(());
-
-/// A loop device over a file in the test's out dir; detached on drop.
-struct LoopDev {
-    dev: PathBuf,
-}
-
-impl LoopDev {
-    fn new(dir: &Path, size: u64, fill: Option<u8>) -> Self {
-        let backing = dir.join("loop-backing.img");
-        let mut f = File::create(&backing).unwrap();
-        match fill {
-            Some(b) => {
-                let chunk = vec![b; MIB as usize];
-                let mut left = size;
-                while left > 0 {
-                    let n = left.min(MIB);
-                    f.write_all(&chunk[..n as usize]).unwrap();
-                    left -= n;
-                }
-                f.sync_all().unwrap();
-            }
-            None => f.set_len(size).unwrap(),
-        }
-        drop(f);
-        let out = {
-            let _g = LOSETUP.lock().unwrap_or_else(|p| p.into_inner());
-            Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap()
-        };
-        assert!(
-            out.status.success(),
-            "losetup -f --show {} failed (block tests need root and loop devices): {}",
-            backing.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        let ft = std::fs::metadata(&dev).unwrap().file_type();
-        assert!(ft.is_block_device(), "{} is not a block device", dev.display());
-        assert_eq!(dev_or_file_size(&dev), size, "loop device size");
-        LoopDev { dev }
-    }
-    fn path(&self) -> &Path {
-        &self.dev
-    }
-}
-
-impl Drop for LoopDev {
-    fn drop(&mut self) {
-        let _g = LOSETUP.lock().unwrap_or_else(|p| p.into_inner());
-        let ok = Command::new("losetup").arg("-d").arg(&self.dev).status().is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("warning: could not detach {}", self.dev.display());
-        }
-    }
-}
 
 fn round_up_512(n: u64) -> u64 {
     n.div_ceil(512) * 512

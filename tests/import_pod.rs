@@ -313,3 +313,31 @@ fn archive_traversal_attempts_are_refused_and_nothing_is_written_outside() {
         assert_eq!(fs::read_dir(pod.dir.join("data")).unwrap().count(), 0, "{name}: data dir not cleaned");
     }
 }
+
+#[test]
+fn block_volume_gets_the_image_and_is_not_resized() {
+    let e = entry("q2-zlib.qcow2");
+    let pod = Pod::new("block");
+    let dev = integration_tests::LoopDev::new(pod.dir.path(), 64 * MIB, Some(0xa5));
+    let pod = pod
+        .set("IMPORTER_BLOCK_DEVICE", &dev.path().display().to_string())
+        .set("IMPORTER_SOURCE", "http")
+        .set("IMPORTER_ENDPOINT", &e.url())
+        .set("IMPORTER_IMAGE_SIZE", "64Mi")
+        .set("FILESYSTEM_OVERHEAD", "0");
+    let (code, msg) = pod.run();
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(term_json(&msg)["message"], "Import Complete");
+    assert!(!pod.disk().exists(), "a block volume must not get /data/disk.img");
+    assert_image_eq(dev.path(), e, None);
+
+    let small = Pod::new("block-small");
+    let dev = integration_tests::LoopDev::new(small.dir.path(), MIB, None);
+    let (code, msg) = small
+        .set("IMPORTER_BLOCK_DEVICE", &dev.path().display().to_string())
+        .set("IMPORTER_SOURCE", "http")
+        .set("IMPORTER_ENDPOINT", &e.url())
+        .run();
+    assert_eq!(code, 1, "{msg}");
+    assert!(msg.contains("is larger than the reported available storage 1048576"), "{msg}");
+}
