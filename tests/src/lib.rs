@@ -944,10 +944,72 @@ pub fn file_len(p: &Path) -> u64 {
 
 /// Self-tests of the comparison helpers (no peers needed): they must see differences inside holes and past
 /// data, and treat holes and written zeros alike.
+// ---------------------------------------------------------------------------------------------------------------
+// loop devices
+// ---------------------------------------------------------------------------------------------------------------
+
+/// `losetup -f` picks a free device; serialize attaching within this process.
+static LOSETUP: Mutex<()> = Mutex::new(());
+
+/// A loop device over a file in the test's out dir; detached on drop.
+pub struct LoopDev {
+    dev: PathBuf,
+}
+
+impl LoopDev {
+    /// Attaches a loop device over `dir/loop-backing.img` of `size` bytes, filled with `fill` (else sparse).
+    pub fn new(dir: &Path, size: u64, fill: Option<u8>) -> Self {
+        let backing = dir.join("loop-backing.img");
+        let mut f = File::create(&backing).unwrap();
+        match fill {
+            Some(b) => {
+                let chunk = vec![b; MIB as usize];
+                let mut left = size;
+                while left > 0 {
+                    let n = left.min(MIB);
+                    f.write_all(&chunk[..n as usize]).unwrap();
+                    left -= n;
+                }
+                f.sync_all().unwrap();
+            }
+            None => f.set_len(size).unwrap(),
+        }
+        drop(f);
+        let out = {
+            let _g = LOSETUP.lock().unwrap_or_else(|p| p.into_inner());
+            Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap()
+        };
+        assert!(
+            out.status.success(),
+            "losetup -f --show {} failed (block tests need root and loop devices): {}",
+            backing.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let ft = std::fs::metadata(&dev).unwrap().file_type();
+        assert!(ft.is_block_device(), "{} is not a block device", dev.display());
+        assert_eq!(dev_or_file_size(&dev), size, "loop device size");
+        LoopDev { dev }
+    }
+    /// The device node.
+    pub fn path(&self) -> &Path {
+        &self.dev
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _g = LOSETUP.lock().unwrap_or_else(|p| p.into_inner());
+        let ok = Command::new("losetup").arg("-d").arg(&self.dev).status().is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("warning: could not detach {}", self.dev.display());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write as _;
 
     /// A temporary directory removed on drop.
     struct Tmp(PathBuf);
@@ -1018,68 +1080,5 @@ mod tests {
         assert_eq!(file_digest("sha1", &p), "a9993e364706816aba3e25717850c26c9cd0d89d");
         assert_eq!(file_digest("sha256", &p), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert!(file_digest("sha512", &p).starts_with("ddaf35a193617aba"));
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// loop devices
-// ---------------------------------------------------------------------------------------------------------------
-
-/// `losetup -f` picks a free device; serialize attaching within this process.
-static LOSETUP: Mutex<()> = Mutex::new(());
-
-/// A loop device over a file in the test's out dir; detached on drop.
-pub struct LoopDev {
-    dev: PathBuf,
-}
-
-impl LoopDev {
-    /// Attaches a loop device over `dir/loop-backing.img` of `size` bytes, filled with `fill` (else sparse).
-    pub fn new(dir: &Path, size: u64, fill: Option<u8>) -> Self {
-        let backing = dir.join("loop-backing.img");
-        let mut f = File::create(&backing).unwrap();
-        match fill {
-            Some(b) => {
-                let chunk = vec![b; MIB as usize];
-                let mut left = size;
-                while left > 0 {
-                    let n = left.min(MIB);
-                    f.write_all(&chunk[..n as usize]).unwrap();
-                    left -= n;
-                }
-                f.sync_all().unwrap();
-            }
-            None => f.set_len(size).unwrap(),
-        }
-        drop(f);
-        let out = {
-            let _g = LOSETUP.lock().unwrap_or_else(|p| p.into_inner());
-            Command::new("losetup").args(["-f", "--show"]).arg(&backing).output().unwrap()
-        };
-        assert!(
-            out.status.success(),
-            "losetup -f --show {} failed (block tests need root and loop devices): {}",
-            backing.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        let ft = std::fs::metadata(&dev).unwrap().file_type();
-        assert!(ft.is_block_device(), "{} is not a block device", dev.display());
-        assert_eq!(dev_or_file_size(&dev), size, "loop device size");
-        LoopDev { dev }
-    }
-    /// The device node.
-    pub fn path(&self) -> &Path {
-        &self.dev
-    }
-}
-
-impl Drop for LoopDev {
-    fn drop(&mut self) {
-        let _g = LOSETUP.lock().unwrap_or_else(|p| p.into_inner());
-        let ok = Command::new("losetup").arg("-d").arg(&self.dev).status().is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("warning: could not detach {}", self.dev.display());
-        }
     }
 }
