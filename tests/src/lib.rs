@@ -942,8 +942,6 @@ pub fn file_len(p: &Path) -> u64 {
     fs::metadata(p).unwrap_or_else(|e| panic!("stat {}: {e}", p.display())).len()
 }
 
-/// Self-tests of the comparison helpers (no peers needed): they must see differences inside holes and past
-/// data, and treat holes and written zeros alike.
 // ---------------------------------------------------------------------------------------------------------------
 // loop devices
 // ---------------------------------------------------------------------------------------------------------------
@@ -1007,6 +1005,8 @@ impl Drop for LoopDev {
     }
 }
 
+/// Self-tests of the comparison helpers (no peers needed): they must see differences inside holes and past
+/// data, and treat holes and written zeros alike.
 #[cfg(test)]
 mod tests {
     use super::*;
