@@ -33,6 +33,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::{OpenedSource, RandomAccess, SourceOptions};
+use crate::error::chain_line;
 use crate::{Error, Result};
 
 const DEFAULT_REGION: &str = "us-east-1";
@@ -305,7 +306,7 @@ where
                 _ => format!("{code} (HTTP status {status})"),
             }
         }
-        other => DisplayErrorContext(other).to_string(),
+        other => chain_line(other),
     }
 }
 
@@ -368,7 +369,7 @@ async fn pump(obj: Arc<Object>, first: GetObjectOutput, size: u64, tx: mpsc::Sen
             Some(mut b) => loop {
                 match tokio::time::timeout(obj.opts.stall_timeout, b.next()).await {
                     Err(_) => break format!("no data for {:?} (stalled)", obj.opts.stall_timeout),
-                    Ok(Some(Err(e))) => break DisplayErrorContext(&e).to_string(),
+                    Ok(Some(Err(e))) => break chain_line(&e),
                     Ok(None) => {
                         if pos < size {
                             break format!("body ended at byte {pos} of {size}");
@@ -462,7 +463,7 @@ impl S3Access {
         while got < buf.len() {
             match tokio::time::timeout(self.obj.opts.stall_timeout, out.body.next()).await {
                 Err(_) => return Err(io::Error::other("ranged read stalled")),
-                Ok(Some(Err(e))) => return Err(io::Error::other(DisplayErrorContext(&e).to_string())),
+                Ok(Some(Err(e))) => return Err(io::Error::other(chain_line(&e))),
                 Ok(None) => return Err(io::Error::other("ranged read ended early")),
                 Ok(Some(Ok(c))) => {
                     let n = c.len().min(buf.len() - got);
