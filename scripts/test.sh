@@ -22,8 +22,9 @@ cargo build --workspace --all-targets
 # --- import pipeline: real nginx + qemu-img corpus (issue 2) ---
 step "start import test peers"
 tests/infra/import-env.sh up
-trap 'tests/infra/s3-env.sh down || true; tests/infra/import-env.sh down || true' EXIT
+trap 'tests/infra/registry-env.sh down || true; tests/infra/s3-env.sh down || true; tests/infra/import-env.sh down || true' EXIT
 tests/infra/s3-env.sh up
+tests/infra/registry-env.sh up
 
 step "workspace tests"
 cargo test --workspace --no-fail-fast

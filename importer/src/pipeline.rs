@@ -329,8 +329,11 @@ fn execute(
                 _ => Refetch::Spill(Spill::memory()),
             };
             let vs = header.virtual_size;
-            qcow2::convert(header, &mut stream, file_size, refetch, sink, hasher.is_some())?;
-            if hasher.is_some() {
+            // The stream must be read to its end when it is hashed, and for registry sources, whose layer
+            // checks (a second disk file, whiteouts) surface only at the end of the stream.
+            let read_all = hasher.is_some() || matches!(req.source, SourceLocation::Registry(_));
+            qcow2::convert(header, &mut stream, file_size, refetch, sink, read_all)?;
+            if read_all {
                 drain(&mut stream)?;
             }
             sink.write_zeroes(vs, target - vs)?;

@@ -125,10 +125,12 @@ pub fn open(reference: &str, opts: &SourceOptions, rt: &Handle) -> Result<Opened
                 tracing::info!(%url, "{scheme} failed ({m}); trying plain HTTP (insecure registry)");
                 failures.push(format!("{scheme}: {m}"));
             }
-            Err(Resolve::Transport(m) | Resolve::Other(m)) => {
-                failures.push(if failures.is_empty() { m } else { format!("{scheme}: {m}") });
+            // After a fallback, a transport failure of both schemes shows both; anything else is the answer.
+            Err(Resolve::Transport(m)) if !failures.is_empty() => {
+                failures.push(format!("{scheme}: {m}"));
                 return Err(pull_err(failures.join("; ")));
             }
+            Err(Resolve::Transport(m) | Resolve::Other(m)) => return Err(pull_err(m)),
         }
     }
     let (client, resolved) = resolved.ok_or_else(|| pull_err(failures.join("; ")))?;
