@@ -8,9 +8,7 @@
 //!   on every hop, as CDI does; the final URL is remembered and used for ranged reads.
 //! * Servers that advertise `Accept-Ranges: bytes` and a length also offer [`RandomAccess`].
 
-use std::fs;
-use std::io::{self, Read};
-use std::path::PathBuf;
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +18,7 @@ use reqwest::{Method, StatusCode, Url};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{OpenedSource, RandomAccess, SourceOptions};
+use super::{ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files};
 use crate::error::chain_line;
 use crate::{Error, Result};
 
@@ -72,25 +70,16 @@ fn build_client(opts: &SourceOptions) -> Result<reqwest::Client> {
         .user_agent(USER_AGENT)
         .connect_timeout(Duration::from_secs(30))
         .tls_danger_accept_invalid_certs(opts.insecure);
-    if let Some(dir) = &opts.cert_dir {
-        let mut certs = Vec::new();
-        let entries =
-            fs::read_dir(dir).map_err(|e| Error::InvalidRequest(format!("cert dir {}: {e}", dir.display())))?;
-        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        paths.sort();
-        for p in paths {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if name.starts_with('.') || !p.is_file() {
-                continue; // ConfigMap mounts carry ..data symlink dirs and dot files
-            }
-            let pem = fs::read(&p).map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
-            let found = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| Error::InvalidRequest(format!("CA file {}: {}", p.display(), chain_line(&e))))?;
-            if found.is_empty() {
-                return Err(Error::InvalidRequest(format!("CA file {} holds no PEM certificate", p.display())));
-            }
-            certs.extend(found);
+    let mut certs = Vec::new();
+    for f in ca_files(opts.cert_dir.as_deref())? {
+        for d in &f.ders {
+            certs.push(
+                reqwest::Certificate::from_der(d)
+                    .map_err(|e| Error::InvalidRequest(format!("CA certificate: {}", chain_line(&e))))?,
+            );
         }
+    }
+    if !certs.is_empty() {
         b = b.tls_certs_merge(certs);
     }
     b.build().map_err(|e| Error::InvalidRequest(format!("HTTP client: {}", chain_line(&e))))
@@ -267,7 +256,7 @@ pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource
         _ => None,
     };
     Ok(OpenedSource {
-        stream: Box::new(ChannelReader { rx, cur: Bytes::new() }),
+        stream: Box::new(ChannelReader::new(rx)),
         size,
         random_access,
         local_path: None,
@@ -363,28 +352,6 @@ async fn pump(
                 return;
             }
         }
-    }
-}
-
-/// The synchronous end of the body channel.
-struct ChannelReader {
-    rx: mpsc::Receiver<io::Result<Bytes>>,
-    cur: Bytes,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.cur.is_empty() {
-            match self.rx.blocking_recv() {
-                None => return Ok(0),
-                Some(Err(e)) => return Err(e),
-                Some(Ok(b)) => self.cur = b,
-            }
-        }
-        let n = buf.len().min(self.cur.len());
-        buf[..n].copy_from_slice(&self.cur[..n]);
-        self.cur = self.cur.slice(n..);
-        Ok(n)
     }
 }
 

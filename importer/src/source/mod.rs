@@ -133,6 +133,71 @@ pub struct OpenedSource {
     pub image_env: Vec<String>,
 }
 
+/// One PEM file of a CA directory and the certificates in it.
+pub(crate) struct CaFile {
+    /// The file's bytes (a PEM bundle).
+    pub pem: Vec<u8>,
+    /// Its certificates, parsed (at least one).
+    pub ders: Vec<rustls::pki_types::CertificateDer<'static>>,
+}
+
+/// Reads every file of a CA directory (CDI's `certConfigMap` mount): each must be a PEM bundle with at least
+/// one certificate. Dot files and subdirectories are skipped (ConfigMap mounts carry `..data` links).
+pub(crate) fn ca_files(dir: Option<&std::path::Path>) -> Result<Vec<CaFile>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let Some(dir) = dir else { return Ok(Vec::new()) };
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::InvalidRequest(format!("cert dir {}: {e}", dir.display())))?;
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for p in paths {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with('.') || !p.is_file() {
+            continue;
+        }
+        let bad = |e: &dyn std::fmt::Display| Error::InvalidRequest(format!("CA file {}: {e}", p.display()));
+        let pem = std::fs::read(&p).map_err(|e| bad(&e))?;
+        let ders = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|e| bad(&e))?;
+        if ders.is_empty() {
+            return Err(bad(&"holds no PEM certificate"));
+        }
+        out.push(CaFile { pem, ders });
+    }
+    Ok(out)
+}
+
+/// The synchronous end of a bounded channel fed by an async body pump (HTTP, S3): blocks for the next
+/// chunk; the pump's error ends the stream with that error; a closed channel is the end of the stream.
+pub(crate) struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>,
+    cur: bytes::Bytes,
+}
+
+impl ChannelReader {
+    /// Reads from `rx`.
+    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>) -> Self {
+        ChannelReader { rx, cur: bytes::Bytes::new() }
+    }
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.cur.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(Err(e)) => return Err(e),
+                Some(Ok(b)) => self.cur = b,
+            }
+        }
+        let n = buf.len().min(self.cur.len());
+        buf[..n].copy_from_slice(&self.cur[..n]);
+        self.cur = self.cur.slice(n..);
+        Ok(n)
+    }
+}
+
 /// Opens `location`. HTTP needs a Tokio runtime handle; the returned stream and random access block on it,
 /// so they must be used from a blocking thread.
 pub fn open(location: &SourceLocation, http: &SourceOptions, rt: &tokio::runtime::Handle) -> Result<OpenedSource> {
@@ -159,6 +224,22 @@ mod tests {
         assert!(e.contains("unsupported source scheme"), "{e}");
         assert!(SourceLocation::parse("").is_err());
         assert!(SourceLocation::parse("http://").is_err());
+    }
+
+    #[test]
+    fn ca_files_reads_bundles_and_skips_dot_files() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let pem =
+            |n: &str| rcgen::generate_simple_self_signed(vec![n.to_string()]).map(|c| c.cert.pem()).unwrap_or_default();
+        std::fs::write(d.path().join("bundle.crt"), format!("junk\n{}{}", pem("a"), pem("b"))).unwrap_or_default();
+        std::fs::write(d.path().join("..data"), "not a certificate").unwrap_or_default();
+        std::fs::create_dir(d.path().join("..2026")).unwrap_or_default();
+        let files = ca_files(Some(d.path())).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(files.iter().map(|f| f.ders.len()).collect::<Vec<_>>(), vec![2]);
+        std::fs::write(d.path().join("odd-name.txt"), "no certificate here").unwrap_or_default();
+        let e = ca_files(Some(d.path())).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("odd-name.txt") && e.contains("no PEM certificate"), "{e}");
+        assert!(ca_files(None).map(|f| f.is_empty()).unwrap_or(false));
     }
 
     #[test]

@@ -43,9 +43,7 @@
 //! "image directory contains more than one file: …", "layer N (…) is malformed: …", "bootc image detected…").
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{self, Read};
-use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,7 +58,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use tokio::runtime::Handle;
 
-use super::{OpenedSource, SourceOptions};
+use super::{OpenedSource, SourceOptions, ca_files};
 use crate::decompress::{self, BoxRead};
 use crate::detect::{Compression, DETECT_LEN};
 use crate::error::chain_line;
@@ -193,46 +191,13 @@ fn default_architecture() -> String {
     .to_string()
 }
 
-/// Every certificate of every PEM file in the cert dir (dot files and subdirectories skipped, as ConfigMap
-/// mounts carry `..data` links).
+/// Every certificate of every PEM file in the cert dir, for oci-client.
 fn load_certs(opts: &SourceOptions) -> Result<Vec<Certificate>> {
-    let Some(dir) = &opts.cert_dir else { return Ok(Vec::new()) };
-    let entries = fs::read_dir(dir).map_err(|e| Error::InvalidRequest(format!("cert dir {}: {e}", dir.display())))?;
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    let mut certs = Vec::new();
-    for p in paths {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with('.') || !p.is_file() {
-            continue;
-        }
-        let text =
-            fs::read_to_string(&p).map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
-        let before = certs.len();
-        for block in pem_certificates(&text) {
-            reqwest::Certificate::from_pem(block.as_bytes())
-                .map_err(|e| Error::InvalidRequest(format!("CA file {}: {}", p.display(), chain_line(&e))))?;
-            certs.push(Certificate { encoding: CertificateEncoding::Pem, data: block.into_bytes() });
-        }
-        if certs.len() == before {
-            return Err(Error::InvalidRequest(format!("CA file {} holds no PEM certificate", p.display())));
-        }
-    }
-    Ok(certs)
-}
-
-/// The `CERTIFICATE` blocks of a PEM bundle, each with its armour lines.
-fn pem_certificates(text: &str) -> Vec<String> {
-    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
-    const END: &str = "-----END CERTIFICATE-----";
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(b) = rest.find(BEGIN) {
-        let Some(e) = rest[b..].find(END) else { break };
-        out.push(format!("{}\n", &rest[b..b + e + END.len()]));
-        rest = &rest[b + e + END.len()..];
-    }
-    out
+    Ok(ca_files(opts.cert_dir.as_deref())?
+        .into_iter()
+        .flat_map(|f| f.ders)
+        .map(|d| Certificate { encoding: CertificateEncoding::Der, data: d.to_vec() })
+        .collect())
 }
 
 /// Why resolving the image failed: a transport failure (worth the plain-HTTP fallback) or anything else.
@@ -970,8 +935,5 @@ mod tests {
         let c = ConfigInfo::parse(br#"{"config":{"Labels":{"ostree.bootable":"0"}}}"#).unwrap();
         assert_eq!(c.bootc_label(), None);
         assert!(c.env.is_empty());
-        let pem = "junk\n-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n\
-                   -----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----\n";
-        assert_eq!(pem_certificates(pem).len(), 2);
     }
 }

@@ -13,8 +13,7 @@
 //!   rustls client has no "accept invalid certificates" switch and no public way to plug in a custom rustls
 //!   configuration (CDI ignores `INSECURE_TLS` for S3 too); it is logged and ignored.
 
-use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +31,7 @@ use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{OpenedSource, RandomAccess, SourceOptions};
+use super::{ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files};
 use crate::error::chain_line;
 use crate::{Error, Result};
 
@@ -165,33 +164,16 @@ fn redact(u: &reqwest::Url) -> String {
     u.to_string()
 }
 
-/// The TLS trust store: system roots plus every PEM file of `cert_dir` (validated here: the smithy client
+/// The TLS trust store: system roots plus every PEM file of `cert_dir` (validated first: the smithy client
 /// panics on an unparsable certificate when it connects).
 fn trust_store(cert_dir: &Option<PathBuf>) -> Result<TrustStore> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject as _;
     let mut store = TrustStore::default();
-    let Some(dir) = cert_dir else { return Ok(store) };
-    let entries = fs::read_dir(dir).map_err(|e| Error::InvalidRequest(format!("cert dir {}: {e}", dir.display())))?;
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    for p in paths {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with('.') || !p.is_file() {
-            continue; // ConfigMap mounts carry ..data symlink dirs and dot files
-        }
-        let pem = fs::read(&p).map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
-        let certs = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
-        if certs.is_empty() {
-            return Err(Error::InvalidRequest(format!("CA file {} holds no PEM certificate", p.display())));
-        }
+    for f in ca_files(cert_dir.as_deref())? {
         let mut check = rustls::RootCertStore::empty();
-        for c in certs {
-            check.add(c).map_err(|e| Error::InvalidRequest(format!("CA file {}: {e}", p.display())))?;
+        for c in f.ders {
+            check.add(c).map_err(|e| Error::InvalidRequest(format!("CA certificate: {e}")))?;
         }
-        store = store.with_pem_certificate(pem);
+        store = store.with_pem_certificate(f.pem);
     }
     Ok(store)
 }
@@ -350,7 +332,7 @@ pub fn open(
     let (tx, rx) = mpsc::channel(64);
     rt.spawn(pump(obj.clone(), first, size, tx));
     Ok(OpenedSource {
-        stream: Box::new(ChannelReader { rx, cur: Bytes::new() }),
+        stream: Box::new(ChannelReader::new(rx)),
         size: Some(size),
         random_access: Some(Arc::new(S3Access { obj, size, rt: rt.clone() })),
         local_path: None,
@@ -416,28 +398,6 @@ async fn pump(obj: Arc<Object>, first: GetObjectOutput, size: u64, tx: mpsc::Sen
                 return;
             }
         }
-    }
-}
-
-/// The synchronous end of the body channel.
-struct ChannelReader {
-    rx: mpsc::Receiver<io::Result<Bytes>>,
-    cur: Bytes,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.cur.is_empty() {
-            match self.rx.blocking_recv() {
-                None => return Ok(0),
-                Some(Err(e)) => return Err(e),
-                Some(Ok(b)) => self.cur = b,
-            }
-        }
-        let n = buf.len().min(self.cur.len());
-        buf[..n].copy_from_slice(&self.cur[..n]);
-        self.cur = self.cur.slice(n..);
-        Ok(n)
     }
 }
 
