@@ -425,10 +425,11 @@ impl Converter<'_> {
             }
             Kind::RefTable => {
                 for e in w.buf.chunks_exact(8) {
-                    let off = u64::from_be_bytes(e.try_into().unwrap_or([0; 8])) & !0x1ff;
+                    // Refcount table entries hold offsets in bits 9..56, like L1 entries.
+                    let off = u64::from_be_bytes(e.try_into().unwrap_or([0; 8])) & 0x00ff_ffff_ffff_fe00;
                     if off >= self.cs
                         && off.is_multiple_of(self.cs)
-                        && self.file_size.is_none_or(|fs| off + self.cs <= fs)
+                        && self.file_size.is_none_or(|fs| off.saturating_add(self.cs) <= fs)
                     {
                         self.add(Want { start: off, len: self.cs, kind: Kind::Ignore, got: 0, buf: Vec::new() })?;
                     }
@@ -743,6 +744,21 @@ mod tests {
         let (got, stats) = run(&img, Refetch::Spill(Spill::memory()), false)?;
         assert_eq!(got, want);
         assert!(stats.spilled_bytes >= 1024);
+        Ok(())
+    }
+
+    #[test]
+    fn hostile_refcount_table_entries_do_not_overflow() -> Result<()> {
+        // Found by the fuzzer: a refcount table entry near u64::MAX overflowed an offset addition.
+        let (mut img, want) = image(false);
+        img[48..56].copy_from_slice(&(5u64 * 512).to_be_bytes());
+        img[56..60].copy_from_slice(&1u32.to_be_bytes());
+        img[5 * 512..5 * 512 + 8].copy_from_slice(&u64::MAX.to_be_bytes());
+        img[5 * 512 + 8..5 * 512 + 16].copy_from_slice(&(u64::MAX - 511).to_be_bytes());
+        for known in [true, false] {
+            let (got, _) = run(&img, Refetch::Spill(Spill::memory()), known)?;
+            assert_eq!(got, want);
+        }
         Ok(())
     }
 
