@@ -20,7 +20,7 @@ use crate::{Error, Result};
 pub const ZERO_BLOCK: usize = 4096;
 
 /// Contiguous writes are gathered up to this size before they go to the writer thread.
-const WRITE_BUFFER: usize = 4 << 20;
+const WRITE_BUFFER: usize = 2 << 20;
 /// Buffers queued for the writer thread (memory bound: `(QUEUE + 2) * WRITE_BUFFER`).
 const QUEUE: usize = 2;
 /// Start writeback (`fdatasync` on a helper thread) after this many new bytes, so dirty page cache stays
@@ -238,7 +238,7 @@ impl Writer {
     }
 }
 
-/// A file or block-device target. Writes are gathered into 4 MiB buffers and performed by a writer
+/// A file or block-device target. Writes are gathered into 2 MiB buffers and performed by a writer
 /// thread (so conversion and I/O overlap); a helper thread starts writeback every 256 MiB.
 pub struct TargetSink {
     path: PathBuf,

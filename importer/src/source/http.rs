@@ -249,7 +249,7 @@ pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource
     {
         tracing::info!(url = %redact(url), "server says Content-Type {ct}; the body is inspected by its bytes anyway");
     }
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, rx) = mpsc::channel(super::BODY_CHANNEL_CHUNKS);
     rt.spawn(pump(client.clone(), resp, size, ranges, tx));
     let random_access = match (ranges, size) {
         (true, Some(size)) => Some(Arc::new(HttpAccess { client, size, rt: rt.clone() }) as Arc<dyn RandomAccess>),

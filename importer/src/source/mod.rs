@@ -168,6 +168,10 @@ pub(crate) fn ca_files(dir: Option<&std::path::Path>) -> Result<Vec<CaFile>> {
     Ok(out)
 }
 
+/// Chunks buffered between a body pump and its reader. Bodies arrive in chunks of up to a few hundred KiB, so
+/// this bounds the read-ahead to a few MiB (part of the importer's memory budget).
+pub(crate) const BODY_CHANNEL_CHUNKS: usize = 16;
+
 /// The synchronous end of a bounded channel fed by an async body pump (HTTP, S3): blocks for the next
 /// chunk; the pump's error ends the stream with that error; a closed channel is the end of the stream.
 pub(crate) struct ChannelReader {

@@ -329,7 +329,7 @@ pub fn open(
     obj.etag = head.e_tag().map(str::to_string);
     let first = rt.block_on(obj.get(None)).map_err(|m| obj.error(m))?;
     let obj = Arc::new(obj);
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, rx) = mpsc::channel(super::BODY_CHANNEL_CHUNKS);
     rt.spawn(pump(obj.clone(), first, size, tx));
     Ok(OpenedSource {
         stream: Box::new(ChannelReader::new(rx)),
