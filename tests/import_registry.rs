@@ -5,10 +5,8 @@
 //! described in that script). Fails, never skips, when `tests/work/registry-env` is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
-use std::collections::HashMap;
-use std::fs;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use integration_tests::*;
@@ -41,23 +39,8 @@ struct Registries {
 fn registries() -> &'static Registries {
     static R: OnceLock<Registries> = OnceLock::new();
     R.get_or_init(|| {
-        let path = match std::env::var_os("IMPORT_ENV_WORK") {
-            Some(w) => PathBuf::from(w).join("registry-env"),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("work/registry-env"),
-        };
-        let text = fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}\n==> {SETUP_HINT}", path.display()));
-        let kv: HashMap<&str, &str> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let get = |k: &str| -> String {
-            kv.get(k)
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| panic!("{} has no {k}=...\n==> {SETUP_HINT}", path.display()))
-        };
+        let s = Settings::read("registry-env", SETUP_HINT);
+        let get = |k: &str| s.get(k);
         let r = Registries {
             plain: get("REGISTRY_PLAIN"),
             tls: get("REGISTRY_TLS"),

@@ -5,7 +5,6 @@
 //! Needs `tests/infra/import-env.sh up` (corpus) and then `tests/infra/s3-env.sh up` (s3s-fs on 127.0.0.1:19002).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -36,23 +35,8 @@ struct S3Env {
 fn s3() -> &'static S3Env {
     static S3: OnceLock<S3Env> = OnceLock::new();
     S3.get_or_init(|| {
-        let path = match std::env::var_os("IMPORT_ENV_WORK") {
-            Some(w) => PathBuf::from(w).join("s3-env"),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("work/s3-env"),
-        };
-        let text = fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}\n==> {SETUP_HINT}", path.display()));
-        let kv: HashMap<&str, &str> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let get = |k: &str| -> String {
-            kv.get(k)
-                .map(|v| (*v).to_owned())
-                .unwrap_or_else(|| panic!("{} has no {k}=...\n==> {SETUP_HINT}", path.display()))
-        };
+        let s = Settings::read("s3-env", SETUP_HINT);
+        let get = |k: &str| s.get(k);
         let env = S3Env {
             endpoint: get("S3_ENDPOINT"),
             access_key: get("S3_ACCESS_KEY"),

@@ -6,29 +6,13 @@
 #![no_main]
 
 use std::collections::BTreeMap;
-use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use importer::format::qcow2::{self, Header, Refetch, spill::Spill};
 use importer::sink::{Sink, SinkReport};
-use importer::source::RandomAccess;
+use importer::source::MemoryAccess;
 use libfuzzer_sys::fuzz_target;
-
-struct Mem(Vec<u8>);
-
-impl RandomAccess for Mem {
-    fn size(&self) -> u64 {
-        self.0.len() as u64
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        buf.fill(0);
-        let start = (offset as usize).min(self.0.len());
-        let n = (self.0.len() - start).min(buf.len());
-        buf[..n].copy_from_slice(&self.0[start..start + n]);
-        Ok(n)
-    }
-}
 
 /// Records covered guest ranges and checks the sink contract.
 struct Checking {
@@ -83,7 +67,7 @@ fn run(data: &[u8], random: bool) {
         return; // bigger images only cost time: the work per guest byte is the same
     }
     let mut sink = Checking { limit: vs, covered: BTreeMap::new(), bytes: 0 };
-    let refetch = if random { Refetch::Random(Arc::new(Mem(data.to_vec()))) } else { Refetch::Spill(Spill::memory()) };
+    let refetch = if random { Refetch::Random(Arc::new(MemoryAccess(data.to_vec()))) } else { Refetch::Spill(Spill::memory()) };
     let mut stream = data;
     if qcow2::convert(h, &mut stream, if random { size } else { None }, refetch, &mut sink, false).is_ok() {
         assert_eq!(sink.bytes, vs, "success must cover the whole virtual size");

@@ -83,10 +83,38 @@ impl Env {
     }
 }
 
-fn env_file() -> PathBuf {
-    match std::env::var_os("IMPORT_ENV_WORK") {
-        Some(w) => PathBuf::from(w).join("env"),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("work/env"),
+/// Settings written by a `tests/infra/*-env.sh up` script: `KEY=VALUE` lines in `tests/work/<name>` (or
+/// `$IMPORT_ENV_WORK/<name>`).
+pub struct Settings {
+    path: PathBuf,
+    kv: HashMap<String, String>,
+    hint: &'static str,
+}
+
+impl Settings {
+    /// Reads `name`; panics (a failure, never a skip) with `hint` when it is missing.
+    pub fn read(name: &str, hint: &'static str) -> Settings {
+        let path = match std::env::var_os("IMPORT_ENV_WORK") {
+            Some(w) => PathBuf::from(w).join(name),
+            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("work").join(name),
+        };
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}\n==> {hint}", path.display()));
+        let kv = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+            .collect();
+        Settings { path, kv, hint }
+    }
+
+    /// The value of `key`; panics with the setup hint when it is absent.
+    pub fn get(&self, key: &str) -> String {
+        self.kv
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{} has no {key}=...\n==> {}", self.path.display(), self.hint))
     }
 }
 
@@ -94,18 +122,8 @@ fn env_file() -> PathBuf {
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
-        let path = env_file();
-        let text = fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}\n==> {SETUP_HINT}", path.display()));
-        let kv: HashMap<String, String> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-            .collect();
-        let get = |k: &str| -> String {
-            kv.get(k).cloned().unwrap_or_else(|| panic!("{} has no {k}=...\n==> {SETUP_HINT}", path.display()))
-        };
+        let s = Settings::read("env", SETUP_HINT);
+        let get = |k: &str| s.get(k);
         let env = Env {
             work: get("WORK").into(),
             corpus: get("CORPUS").into(),

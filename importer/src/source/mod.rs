@@ -61,6 +61,23 @@ pub trait RandomAccess: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
 }
 
+/// Positional reads over bytes in memory (upload bodies held in memory, tests, the fuzz target).
+pub struct MemoryAccess(pub Vec<u8>);
+
+impl RandomAccess for MemoryAccess {
+    fn size(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        buf.fill(0);
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.0.len());
+        let n = (self.0.len() - start).min(buf.len());
+        buf[..n].copy_from_slice(&self.0[start..start + n]);
+        Ok(n)
+    }
+}
+
 /// Where the image comes from, as given on the command line or in `IMPORTER_ENDPOINT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceLocation {

@@ -674,20 +674,6 @@ mod tests {
         fn note_external_write(&mut self, _bytes: u64) {}
     }
 
-    struct Mem(Vec<u8>);
-    impl RandomAccess for Mem {
-        fn size(&self) -> u64 {
-            self.0.len() as u64
-        }
-        fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-            buf.fill(0);
-            let s = (offset as usize).min(self.0.len());
-            let n = (self.0.len() - s).min(buf.len());
-            buf[..n].copy_from_slice(&self.0[s..s + n]);
-            Ok(n)
-        }
-    }
-
     /// A 512-byte-cluster v3 image with 4 guest clusters: guest 0 = data "A", guest 1 unallocated, guest 2 =
     /// data "C", guest 3 zero flag. With `data_first` the data clusters precede the L2 table in the file.
     fn image(data_first: bool) -> (Vec<u8>, Vec<u8>) {
@@ -738,7 +724,7 @@ mod tests {
     #[test]
     fn out_of_order_uses_refetch_or_spill() -> Result<()> {
         let (img, want) = image(true);
-        let (got, stats) = run(&img, Refetch::Random(Arc::new(Mem(img.clone()))), true)?;
+        let (got, stats) = run(&img, Refetch::Random(Arc::new(crate::source::MemoryAccess(img.clone()))), true)?;
         assert_eq!(got, want);
         assert_eq!(stats.refetched_bytes, 1024);
         let (got, stats) = run(&img, Refetch::Spill(Spill::memory()), false)?;
