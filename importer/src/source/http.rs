@@ -18,7 +18,7 @@ use reqwest::{Method, StatusCode, Url};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files};
+use super::{Body, ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files, pump};
 use crate::error::chain_line;
 use crate::{Error, Result};
 
@@ -250,7 +250,12 @@ pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource
         tracing::info!(url = %redact(url), "server says Content-Type {ct}; the body is inspected by its bytes anyway");
     }
     let (tx, rx) = mpsc::channel(super::BODY_CHANNEL_CHUNKS);
-    rt.spawn(pump(client.clone(), resp, size, ranges, tx));
+    let c = client.clone();
+    let what = redact(url);
+    rt.spawn(async move {
+        let opts = c.opts.clone();
+        pump(resp, size, &opts, &what, |pos| reopen(c.clone(), ranges, pos), tx).await;
+    });
     let random_access = match (ranges, size) {
         (true, Some(size)) => Some(Arc::new(HttpAccess { client, size, rt: rt.clone() }) as Arc<dyn RandomAccess>),
         _ => None,
@@ -264,95 +269,24 @@ pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource
     })
 }
 
-/// Reads the body into the channel, resuming after failures.
-async fn pump(
-    client: Arc<Client>,
-    first: reqwest::Response,
-    size: Option<u64>,
-    ranges: bool,
-    tx: mpsc::Sender<io::Result<Bytes>>,
-) {
-    let mut resp = Some(first);
-    let mut pos: u64 = 0;
-    let mut skip: u64 = 0; // bytes to discard from a 200 response after a resume
-    let mut attempts = 0u32;
-    let mut delay = client.opts.backoff;
-    loop {
-        let failure = match resp.take() {
-            Some(mut r) => loop {
-                match tokio::time::timeout(client.opts.stall_timeout, r.chunk()).await {
-                    Err(_) => {
-                        break format!("no data for {:?} (stalled)", client.opts.stall_timeout);
-                    }
-                    Ok(Err(e)) => break chain_line(&e),
-                    Ok(Ok(None)) => {
-                        if size.is_some_and(|s| pos < s) {
-                            break format!("body ended at byte {pos} of {}", size.unwrap_or(0));
-                        }
-                        return; // done: dropping tx ends the reader
-                    }
-                    Ok(Ok(Some(mut chunk))) => {
-                        if skip > 0 {
-                            let n = skip.min(chunk.len() as u64);
-                            skip -= n;
-                            chunk = chunk.slice(n as usize..);
-                            if chunk.is_empty() {
-                                continue;
-                            }
-                        }
-                        if let Some(s) = size
-                            && pos + chunk.len() as u64 > s
-                        {
-                            let _ = tx
-                                .send(Err(io::Error::other(format!("server sent more than its Content-Length {s}"))))
-                                .await;
-                            return;
-                        }
-                        pos += chunk.len() as u64;
-                        attempts = 0;
-                        delay = client.opts.backoff;
-                        if tx.send(Ok(chunk)).await.is_err() {
-                            return; // reader gone
-                        }
-                    }
-                }
-            },
-            None => String::from("no response"),
-        };
-        if attempts >= client.opts.max_retries {
-            let _ = tx
-                .send(Err(io::Error::other(format!("{failure} (gave up after {} retries)", client.opts.max_retries))))
-                .await;
-            return;
-        }
-        attempts += 1;
-        tracing::info!(url = %redact(&client.url), pos, attempt = attempts, "transfer interrupted, resuming: {failure}");
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(30));
-        let range = (ranges && pos > 0).then_some((pos, None));
-        match client.send(Method::GET, range, true).await {
-            Ok(r) => {
-                if r.status() == StatusCode::PARTIAL_CONTENT {
-                    if content_range_start(r.headers()) != Some(pos) {
-                        let _ = tx.send(Err(io::Error::other("server resumed at the wrong offset"))).await;
-                        return;
-                    }
-                    skip = 0;
-                } else {
-                    skip = pos; // full body again: discard what we already have
-                }
-                resp = Some(r);
-            }
-            Err(Failure::Fatal(m)) => {
-                let _ = tx.send(Err(io::Error::other(m))).await;
-                return;
-            }
-            Err(Failure::Transient(m)) => {
-                let _ = tx.send(Err(io::Error::other(m))).await;
-                return;
-            }
-        }
+impl Body for reqwest::Response {
+    async fn next_chunk(&mut self) -> Option<std::result::Result<Bytes, String>> {
+        self.chunk().await.map_err(|e| chain_line(&e)).transpose()
     }
+}
+
+/// Reopens the body at `pos`: a Range request when the server offers ranges (the answer must start at `pos`),
+/// else the whole body again with `pos` bytes to discard.
+async fn reopen(client: Arc<Client>, ranges: bool, pos: u64) -> std::result::Result<(reqwest::Response, u64), String> {
+    let range = (ranges && pos > 0).then_some((pos, None));
+    let r = client.send(Method::GET, range, true).await.map_err(|f| f.message().to_string())?;
+    if r.status() != StatusCode::PARTIAL_CONTENT {
+        return Ok((r, pos));
+    }
+    if content_range_start(r.headers()) != Some(pos) {
+        return Err(String::from("server resumed at the wrong offset"));
+    }
+    Ok((r, 0))
 }
 
 /// Ranged reads.

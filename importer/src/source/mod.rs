@@ -189,6 +189,95 @@ pub(crate) fn ca_files(dir: Option<&std::path::Path>) -> Result<Vec<CaFile>> {
 /// this bounds the read-ahead to a few MiB (part of the importer's memory budget).
 pub(crate) const BODY_CHANNEL_CHUNKS: usize = 16;
 
+/// A response body being streamed by [`pump`].
+pub(crate) trait Body: Send {
+    /// The next chunk; `None` at the end of the body; `Some(Err)` when the transfer broke.
+    fn next_chunk(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<std::result::Result<bytes::Bytes, String>>> + Send;
+}
+
+/// Streams `body` into `tx`, resuming after breaks, stalls and short bodies: `reopen(pos)` fetches the rest from
+/// byte `pos` and says how many leading bytes of the new body to discard (a server without Range sends it all
+/// again). Gives up after `opts.max_retries` attempts without progress, with exponential backoff between them.
+/// A body longer than `size` is an error. Ends when the reader is gone.
+pub(crate) async fn pump<B, R, F>(
+    mut body: B,
+    size: Option<u64>,
+    opts: &SourceOptions,
+    what: &str,
+    mut reopen: R,
+    tx: tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>,
+) where
+    B: Body,
+    R: FnMut(u64) -> F,
+    F: std::future::Future<Output = std::result::Result<(B, u64), String>>,
+{
+    let mut pos: u64 = 0;
+    let mut skip: u64 = 0;
+    let mut attempts = 0u32;
+    let mut delay = opts.backoff;
+    loop {
+        let failure = loop {
+            match tokio::time::timeout(opts.stall_timeout, body.next_chunk()).await {
+                Err(_) => break format!("no data for {:?} (stalled)", opts.stall_timeout),
+                Ok(Some(Err(e))) => break e,
+                Ok(None) => {
+                    if let Some(s) = size
+                        && pos < s
+                    {
+                        break format!("body ended at byte {pos} of {s}");
+                    }
+                    return; // done: dropping tx ends the reader
+                }
+                Ok(Some(Ok(mut chunk))) => {
+                    if skip > 0 {
+                        let n = skip.min(chunk.len() as u64);
+                        skip -= n;
+                        chunk = chunk.slice(n as usize..);
+                    }
+                    if chunk.is_empty() {
+                        continue;
+                    }
+                    if let Some(s) = size
+                        && pos + chunk.len() as u64 > s
+                    {
+                        let _ = tx
+                            .send(Err(io::Error::other(format!("server sent more than the {s} bytes announced"))))
+                            .await;
+                        return;
+                    }
+                    pos += chunk.len() as u64;
+                    attempts = 0;
+                    delay = opts.backoff;
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        return; // reader gone
+                    }
+                }
+            }
+        };
+        if attempts >= opts.max_retries {
+            let msg = format!("{failure} (gave up after {} retries)", opts.max_retries);
+            let _ = tx.send(Err(io::Error::other(msg))).await;
+            return;
+        }
+        attempts += 1;
+        tracing::info!(source = what, pos, attempt = attempts, "transfer interrupted, resuming: {failure}");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
+        match reopen(pos).await {
+            Ok((b, discard)) => {
+                body = b;
+                skip = discard;
+            }
+            Err(m) => {
+                let _ = tx.send(Err(io::Error::other(m))).await;
+                return;
+            }
+        }
+    }
+}
+
 /// The synchronous end of a bounded channel fed by an async body pump (HTTP, S3): blocks for the next
 /// chunk; the pump's error ends the stream with that error; a closed channel is the end of the stream.
 pub(crate) struct ChannelReader {

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files};
+use super::{Body, ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files, pump};
 use crate::error::chain_line;
 use crate::{Error, Result};
 
@@ -330,7 +330,16 @@ pub fn open(
     let first = rt.block_on(obj.get(None)).map_err(|m| obj.error(m))?;
     let obj = Arc::new(obj);
     let (tx, rx) = mpsc::channel(super::BODY_CHANNEL_CHUNKS);
-    rt.spawn(pump(obj.clone(), first, size, tx));
+    let o = obj.clone();
+    rt.spawn(async move {
+        let opts = o.opts.clone();
+        let what = o.url.clone();
+        let reopen = |pos: u64| {
+            let o = o.clone();
+            async move { o.get((pos > 0).then_some((pos, None))).await.map(|out| (out.body, 0)) }
+        };
+        pump(first.body, Some(size), &opts, &what, reopen, tx).await;
+    });
     Ok(OpenedSource {
         stream: Box::new(ChannelReader::new(rx)),
         size: Some(size),
@@ -340,64 +349,9 @@ pub fn open(
     })
 }
 
-/// Reads the object into the channel, resuming after failures.
-async fn pump(obj: Arc<Object>, first: GetObjectOutput, size: u64, tx: mpsc::Sender<io::Result<Bytes>>) {
-    let mut body = Some(first.body);
-    let mut pos: u64 = 0;
-    let mut attempts = 0u32;
-    let mut delay = obj.opts.backoff;
-    loop {
-        let failure = match body.take() {
-            Some(mut b) => loop {
-                match tokio::time::timeout(obj.opts.stall_timeout, b.next()).await {
-                    Err(_) => break format!("no data for {:?} (stalled)", obj.opts.stall_timeout),
-                    Ok(Some(Err(e))) => break chain_line(&e),
-                    Ok(None) => {
-                        if pos < size {
-                            break format!("body ended at byte {pos} of {size}");
-                        }
-                        return; // done: dropping tx ends the reader
-                    }
-                    Ok(Some(Ok(chunk))) => {
-                        if chunk.is_empty() {
-                            continue;
-                        }
-                        if pos + chunk.len() as u64 > size {
-                            let _ = tx
-                                .send(Err(io::Error::other(format!(
-                                    "server sent more than the {size} bytes of the object"
-                                ))))
-                                .await;
-                            return;
-                        }
-                        pos += chunk.len() as u64;
-                        attempts = 0;
-                        delay = obj.opts.backoff;
-                        if tx.send(Ok(chunk)).await.is_err() {
-                            return; // reader gone
-                        }
-                    }
-                }
-            },
-            None => String::from("no response"),
-        };
-        if attempts >= obj.opts.max_retries {
-            let _ = tx
-                .send(Err(io::Error::other(format!("{failure} (gave up after {} retries)", obj.opts.max_retries))))
-                .await;
-            return;
-        }
-        attempts += 1;
-        tracing::info!(url = %obj.url, pos, attempt = attempts, "S3 transfer interrupted, resuming: {failure}");
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(30));
-        match obj.get((pos > 0).then_some((pos, None))).await {
-            Ok(out) => body = Some(out.body),
-            Err(m) => {
-                let _ = tx.send(Err(io::Error::other(m))).await;
-                return;
-            }
-        }
+impl Body for aws_sdk_s3::primitives::ByteStream {
+    async fn next_chunk(&mut self) -> Option<std::result::Result<Bytes, String>> {
+        self.next().await.map(|r| r.map_err(|e| chain_line(&e)))
     }
 }
 
