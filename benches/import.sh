@@ -47,7 +47,7 @@ fi
 
 # ---- nginx ----
 cat >"$W/nginx/nginx.conf" <<NGX
-daemon on; pid $W/nginx/nginx.pid; error_log $W/nginx/error.log; worker_processes 1;
+user $(id -un); daemon on; pid $W/nginx/nginx.pid; error_log $W/nginx/error.log; worker_processes 1;
 events {}
 http {
   access_log off; sendfile on; default_type application/octet-stream;
