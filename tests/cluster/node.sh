@@ -87,6 +87,9 @@ state = "$CTD/state"
   enable_cdi = false
   # This machine's root lacks CAP_SYS_RESOURCE, so runc cannot set the sandbox's oom_score_adj to -998.
   restrict_oom_score_adj = true
+  # Block volumes are opened by non-root workers (uid 107, as CDI runs them): give the device node the
+  # container's uid/gid, as clusters running CDI/KubeVirt configure it.
+  device_ownership_from_security_context = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

@@ -10,6 +10,8 @@
 //!
 //! Cluster tests are `#[ignore]`d and run with `cargo test -p <crate> -- --ignored` after `tests/cluster/up`.
 
+pub mod cdi;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};

@@ -1,0 +1,435 @@
+//! DataVolumes end to end on the real test cluster (issue 5): `kubectl apply` of CDI YAML → our controller
+//! (deployed from `deploy/`, two replicas with leader election) → PVC → importer pod → bytes in the volume, with
+//! CDI's phases, progress, conditions and events. Sources are the real peers of the import tests (nginx,
+//! s3s-fs, docker-registry, started by `tests/infra/*.sh up`), reached from pods through the cluster's NAT.
+//! `#[ignore]`d like every cluster test; `scripts/test.sh` runs them with `--ignored`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crds::datavolume::{ConditionStatus, ConditionType, DataVolume, DataVolumeCondition, DataVolumePhase};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use kube_test_support::cdi::{self, compare_image, dv_image_path, host_url, qemu_raw};
+use kube_test_support::{Result, TestCluster, TestNamespace, apply_yaml, describe, poll_until, test_image};
+
+const NGINX: u16 = 18080;
+const S3: u16 = 19002;
+const IMPORT_TIMEOUT: Duration = Duration::from_secs(420);
+
+fn corpus(name: &str) -> PathBuf {
+    cdi::repo_root().join("tests/work/corpus").join(name)
+}
+
+async fn setup(prefix: &str) -> Result<(TestCluster, Client, TestNamespace)> {
+    let cluster = TestCluster::start_or_reuse().await?;
+    cdi::deploy_cdi(&cluster).await?;
+    let client = cluster.client().await?;
+    let ns = TestNamespace::create(&client, prefix).await?;
+    Ok((cluster, client, ns))
+}
+
+fn dv_yaml(name: &str, source: &str, storage: &str) -> String {
+    format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: {name}\nspec:\n  source:\n{source}\n  {storage}\n"
+    )
+}
+
+fn http_source(url: &str) -> String {
+    format!("    http:\n      url: \"{url}\"")
+}
+
+fn cond(dv: &DataVolume, t: ConditionType) -> Option<DataVolumeCondition> {
+    dv.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == t).cloned()
+}
+
+fn phase(dv: &DataVolume) -> Option<DataVolumePhase> {
+    dv.status.as_ref()?.phase
+}
+
+async fn wait_dv(api: &Api<DataVolume>, name: &str, timeout: Duration, f: impl Fn(&DataVolume) -> bool) -> Result<DataVolume> {
+    let what = format!("DataVolume {name}");
+    match poll_until(&what, timeout, || async { api.get_opt(name).await.ok().flatten().filter(|d| f(d)) }).await {
+        Ok(d) => Ok(d),
+        Err(_) => panic!("timed out waiting for {what}\n{}", describe(api, name).await),
+    }
+}
+
+async fn wait_succeeded(api: &Api<DataVolume>, name: &str) -> Result<DataVolume> {
+    wait_dv(api, name, IMPORT_TIMEOUT, |d| phase(d) == Some(DataVolumePhase::Succeeded)).await
+}
+
+async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    api.list(&lp).await.map(|l| l.items).unwrap_or_default().into_iter().map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect()
+}
+
+async fn assert_volume_matches(client: &Client, ns: &str, name: &str, source: &str) -> Result<()> {
+    let expected = qemu_raw(&corpus(source))?;
+    let actual = dv_image_path(client, ns, name).await?;
+    if let Err(e) = compare_image(&actual, expected.path()) {
+        panic!("{ns}/{name} ({source}): {e}");
+    }
+    Ok(())
+}
+
+fn assert_success_status(dv: &DataVolume) {
+    let st = dv.status.clone().unwrap_or_default();
+    assert_eq!(st.progress.as_deref(), Some("100.0%"));
+    assert_eq!(st.claim_name.as_deref(), Some(dv.name_any().as_str()));
+    let ready = cond(dv, ConditionType::Ready).unwrap_or_else(|| panic!("no Ready condition"));
+    assert_eq!(ready.status, ConditionStatus::True);
+    let bound = cond(dv, ConditionType::Bound).unwrap_or_else(|| panic!("no Bound condition"));
+    assert_eq!((bound.status, bound.reason.as_deref()), (ConditionStatus::True, Some("Bound")));
+    assert_eq!(bound.message, Some(format!("PVC {} Bound", dv.name_any())));
+    let running = cond(dv, ConditionType::Running).unwrap_or_else(|| panic!("no Running condition"));
+    assert_eq!((running.status, running.reason.as_deref()), (ConditionStatus::False, Some("Completed")));
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn http_qcow2_raw_xz_and_iso_import_exactly_with_cdi_status() -> Result<()> {
+    let (cluster, client, ns) = setup("dv-http").await?;
+    // (DV, served file, the uncompressed image qemu-img converts for the expected bytes)
+    let cases = [("qcow2", "q2-v3.qcow2", "q2-v3.qcow2"), ("rawxz", "base.raw.xz", "base.raw"), ("iso", "base.iso", "base.iso")];
+    let mut yaml = String::new();
+    for (name, file, _) in cases {
+        yaml += &dv_yaml(name, &http_source(&host_url(NGINX, &format!("corpus/{file}"))), "storage: {resources: {requests: {storage: 64Mi}}}");
+        yaml += "---\n";
+    }
+    apply_yaml(&client, ns.name(), &yaml).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+    for (name, _, file) in cases {
+        let dv = wait_succeeded(&api, name).await?;
+        assert_success_status(&dv);
+        assert_eq!(cond(&dv, ConditionType::Running).and_then(|c| c.message).as_deref(), Some("Import Complete"));
+        assert_volume_matches(&client, ns.name(), name, file).await?;
+        let events = events_of(&client, ns.name(), name).await;
+        for (reason, msg) in [
+            ("ImportScheduled", format!("Import into {name} scheduled")),
+            ("ImportSucceeded", format!("Successfully imported into PVC {name}")),
+        ] {
+            assert!(events.iter().any(|(r, m)| r == reason && *m == msg), "{name}: no {reason} event in {events:?}");
+        }
+        // The PVC carries CDI's annotations, labels and owner.
+        let pvc: PersistentVolumeClaim = Api::namespaced(client.clone(), ns.name()).get(name).await?;
+        let a = pvc.annotations();
+        assert_eq!(a.get("cdi.kubevirt.io/storage.import.source").map(String::as_str), Some("http"));
+        assert_eq!(a.get("cdi.kubevirt.io/storage.pod.phase").map(String::as_str), Some("Succeeded"));
+        assert_eq!(pvc.labels().get("app").map(String::as_str), Some("containerized-data-importer"));
+        assert_eq!(cdi::owner_dv(&pvc).as_deref(), Some(name));
+    }
+    // The worker pods are gone after success.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    poll_until("importer pods deleted", Duration::from_secs(60), || async {
+        pods.list(&ListParams::default()).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
+    })
+    .await?;
+    // kubectl shows CDI's printer columns.
+    let out = cluster.kubectl(["get", "dv", "-n", ns.name()])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "PHASE", "PROGRESS", "RESTARTS", "AGE"], "{text}");
+    assert!(text.lines().skip(1).all(|l| l.contains("Succeeded") && l.contains("100.0%")), "{text}");
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn failures_are_reported_as_cdi_does() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-fail").await?;
+    let storage = "storage: {resources: {requests: {storage: 64Mi}}}";
+    let bad_sum = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    let yaml = [
+        dv_yaml("missing", &http_source(&host_url(NGINX, "corpus/does-not-exist.img")), storage),
+        dv_yaml(
+            "badsum",
+            &format!("    http:\n      url: \"{}\"\n      checksum: \"{bad_sum}\"", host_url(NGINX, "corpus/tiny.raw")),
+            storage,
+        ),
+        dv_yaml(
+            "small",
+            &http_source(&host_url(NGINX, "corpus/base.raw")),
+            "pvc: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 2Mi}}}",
+        ),
+    ]
+    .join("---\n");
+    apply_yaml(&client, ns.name(), &yaml).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+
+    // 404: Running=False/Error with the importer's message, restarts grow, never Failed.
+    let dv = wait_dv(&api, "missing", IMPORT_TIMEOUT, |d| {
+        d.status.as_ref().and_then(|s| s.restart_count).unwrap_or(0) >= 1
+            && cond(d, ConditionType::Running).is_some_and(|c| c.status == ConditionStatus::False && c.reason.as_deref() == Some("Error"))
+    })
+    .await?;
+    let running = cond(&dv, ConditionType::Running).unwrap_or_else(|| panic!("no Running"));
+    let msg = running.message.unwrap_or_default();
+    assert!(msg.starts_with("Unable to connect to http data source: "), "{msg}");
+    assert!(msg.contains("404"), "{msg}");
+    assert_ne!(phase(&dv), Some(DataVolumePhase::Failed));
+
+    // Checksum mismatch: Failed, ChecksumError, and the pod is not recreated.
+    let dv = wait_dv(&api, "badsum", IMPORT_TIMEOUT, |d| phase(d) == Some(DataVolumePhase::Failed)).await?;
+    let running = cond(&dv, ConditionType::Running).unwrap_or_else(|| panic!("no Running"));
+    assert_eq!(running.reason.as_deref(), Some("ChecksumError"));
+    assert!(running.message.unwrap_or_default().contains("checksum mismatch"));
+    let events = events_of(&client, ns.name(), "badsum").await;
+    assert!(events.iter().any(|(r, _)| r == "ImportFailed"), "{events:?}");
+
+    // Too small: CDI's simplified message.
+    let dv = wait_dv(&api, "small", IMPORT_TIMEOUT, |d| {
+        cond(d, ConditionType::Running).is_some_and(|c| c.message.as_deref() == Some("DataVolume too small to contain image"))
+    })
+    .await?;
+    assert_ne!(phase(&dv), Some(DataVolumePhase::Failed));
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(pods.get_opt("importer-badsum").await?.is_none(), "the checksum-failed importer must not be recreated");
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up)"]
+async fn invalid_specs_are_refused_by_the_api_server() -> Result<()> {
+    let (cluster, client, ns) = setup("dv-invalid").await?;
+    let storage = "storage: {resources: {requests: {storage: 64Mi}}}";
+    let cases = [
+        (dv_yaml("a", "    {}", storage), "Missing Data volume source"),
+        (dv_yaml("b", "    http: {url: \"http://x/y\"}\n    blank: {}", storage), "Multiple Data volume sources"),
+        (dv_yaml("c", "    http: {url: \"ftp://x/y\"}", storage), "Invalid source URL scheme: ftp://x/y"),
+        (dv_yaml("d", "    http: {url: \"http://x/y\", checksum: \"sha256:12\"}", storage), "Invalid checksum format: "),
+        (dv_yaml("e", "    blank: {}", "storage: {resources: {requests: {storage: 512Ki}}}"), "Storage size must be at least 1MiB"),
+        (dv_yaml("f", "    blank: {}", "storage: {resources: {requests: {storage: \"0\"}}}"), "Storage size can't be equal or less than zero"),
+        (dv_yaml("g", "    blank: {}", "storage: {}"), "Storage size is missing"),
+        (format!("{}  contentType: archive\n", dv_yaml("h", "    blank: {}", storage)), "SourceType cannot be blank and the contentType be archive"),
+        (dv_yaml("i", "    gcs: {url: \"gs://b/o\"}", storage), "source gcs is not supported"),
+    ];
+    for (yaml, want) in cases {
+        let path = tempfile::NamedTempFile::new().map_err(|source| kube_test_support::Error::Command { cmd: "tempfile".into(), source })?;
+        std::fs::write(path.path(), &yaml).map_err(|source| kube_test_support::Error::Command { cmd: "write".into(), source })?;
+        let out = cluster.kubectl(["create", "-n", ns.name(), "-f", &path.path().display().to_string()])?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "accepted:\n{yaml}");
+        assert!(err.contains(want), "want {want:?}, got {err}");
+    }
+    // The spec is immutable.
+    apply_yaml(&client, ns.name(), &dv_yaml("imm", "    blank: {}", storage)).await?;
+    let out = cluster.kubectl(["patch", "dv", "imm", "-n", ns.name(), "--type=merge", "-p", r#"{"spec":{"preallocation":true}}"#])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("Cannot update DataVolume Spec"), "{err}");
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn blank_and_block_volumes() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-block").await?;
+    let yaml = [
+        dv_yaml("blank", "    blank: {}", "storage: {resources: {requests: {storage: 16Mi}}}"),
+        dv_yaml("blockq", &http_source(&host_url(NGINX, "corpus/q2-v3.qcow2")), "storage: {volumeMode: Block, resources: {requests: {storage: 64Mi}}}"),
+    ]
+    .join("---\n");
+    apply_yaml(&client, ns.name(), &yaml).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+    let dv = wait_succeeded(&api, "blank").await?;
+    assert_success_status(&dv);
+    let img = dv_image_path(&client, ns.name(), "blank").await?;
+    let meta = std::fs::metadata(&img).map_err(|source| kube_test_support::Error::Command { cmd: format!("stat {}", img.display()), source })?;
+    assert_eq!(meta.len(), 16 << 20, "blank image has the requested usable size");
+    let zeros = tempfile::NamedTempFile::new().map_err(|source| kube_test_support::Error::Command { cmd: "tempfile".into(), source })?;
+    assert_eq!(compare_image(&img, zeros.path()), Ok(()));
+
+    let dv = wait_succeeded(&api, "blockq").await?;
+    assert_success_status(&dv);
+    let dev = dv_image_path(&client, ns.name(), "blockq").await?;
+    assert!(dev.starts_with("/dev/"), "{}", dev.display());
+    assert_volume_matches(&client, ns.name(), "blockq", "q2-v3.qcow2").await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn wait_for_first_consumer_binds_when_a_consumer_appears() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-wffc").await?;
+    let yaml = dv_yaml("wffc", &http_source(&host_url(NGINX, "corpus/tiny.raw")), "storage: {storageClassName: local-wffc, resources: {requests: {storage: 16Mi}}}");
+    apply_yaml(&client, ns.name(), &yaml).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+    wait_dv(&api, "wffc", Duration::from_secs(60), |d| phase(d) == Some(DataVolumePhase::WaitForFirstConsumer)).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    assert!(pods.get_opt("importer-wffc").await?.is_none(), "no importer before a consumer exists");
+    let consumer = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: consumer}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: {}\n    command: [sh, -c, 'sleep 3600']\n    volumeMounts: [{{name: d, mountPath: /d}}]\n  volumes: [{{name: d, persistentVolumeClaim: {{claimName: wffc}}}}]\n",
+        test_image("busybox")
+    );
+    apply_yaml(&client, ns.name(), &consumer).await?;
+    let dv = wait_succeeded(&api, "wffc").await?;
+    assert_success_status(&dv);
+    assert_volume_matches(&client, ns.name(), "wffc", "tiny.raw").await?;
+    pods.delete("consumer", &DeleteParams::default().grace_period(0)).await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn progress_is_reported_and_a_controller_restart_converges_without_duplicates() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-progress").await?;
+    // nginx serves /slow/ at 100 KiB/s: small.raw (5 MiB) takes ~50 s.
+    let yaml = dv_yaml("slow", &http_source(&host_url(NGINX, "slow/small.raw")), "storage: {resources: {requests: {storage: 16Mi}}}");
+    apply_yaml(&client, ns.name(), &yaml).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+    let mid = wait_dv(&api, "slow", Duration::from_secs(300), |d| {
+        let p = d.status.as_ref().and_then(|s| s.progress.as_deref()).and_then(|p| p.strip_suffix('%')).and_then(|p| p.parse::<f64>().ok());
+        phase(d) == Some(DataVolumePhase::ImportInProgress) && p.is_some_and(|p| p > 0.0 && p < 100.0)
+    })
+    .await?;
+    let progress = mid.status.as_ref().and_then(|s| s.progress.clone()).unwrap_or_default();
+    assert!(progress.ends_with('%') && progress.split('.').nth(1).is_some_and(|d| d.len() == 3), "{progress}");
+    let running = cond(&mid, ConditionType::Running).unwrap_or_else(|| panic!("no Running"));
+    assert_eq!((running.status, running.reason.as_deref()), (ConditionStatus::True, Some("Pod is running")));
+    let ready = cond(&mid, ConditionType::Ready).unwrap_or_else(|| panic!("no Ready"));
+    assert_eq!((ready.status, ready.reason.as_deref()), (ConditionStatus::False, Some("TransferRunning")));
+
+    // Kill every controller replica mid-import; the survivors (new pods) must converge on the same importer pod.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let importer_uid = pods.get("importer-slow").await?.uid();
+    let cdi_pods: Api<Pod> = Api::namespaced(client.clone(), "cdi");
+    let lp = ListParams::default().labels("cdi.kubevirt.io=cdi-deployment");
+    for p in cdi_pods.list(&lp).await?.items {
+        cdi_pods.delete(&p.name_any(), &DeleteParams::default()).await?;
+    }
+    let watch_dupes = async {
+        loop {
+            let list = pods.list(&ListParams::default().labels("cdi.kubevirt.io=importer")).await;
+            if let Ok(list) = list {
+                assert!(list.items.len() <= 1, "duplicate importer pods: {:?}", list.items.iter().map(ResourceExt::name_any).collect::<Vec<_>>());
+                if let Some(p) = list.items.first() {
+                    if p.metadata.deletion_timestamp.is_none() && phase_of(p) != "Succeeded" {
+                        assert_eq!(p.uid(), importer_uid, "the importer pod was replaced");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let done = wait_succeeded(&api, "slow");
+    let dv = tokio::select! {
+        d = done => d?,
+        () = watch_dupes => unreachable!(),
+    };
+    assert_success_status(&dv);
+    assert_eq!(dv.status.and_then(|s| s.restart_count), Some(0));
+    assert_volume_matches(&client, ns.name(), "slow", "small.raw").await?;
+    ns.delete().await
+}
+
+fn phase_of(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn clone_within_and_across_namespaces_and_volume_modes() -> Result<()> {
+    let (_cluster, client, src) = setup("dv-clone-src").await?;
+    let dst = TestNamespace::create(&client, "dv-clone-dst").await?;
+    apply_yaml(&client, src.name(), &dv_yaml("golden", &http_source(&host_url(NGINX, "corpus/q2-v3.qcow2")), "storage: {resources: {requests: {storage: 32Mi}}}")).await?;
+    let src_api: Api<DataVolume> = Api::namespaced(client.clone(), src.name());
+    wait_succeeded(&src_api, "golden").await?;
+
+    // Same namespace, Filesystem → Filesystem, size inferred from the source.
+    let same = dv_yaml("copy", &format!("    pvc: {{namespace: {}, name: golden}}", src.name()), "storage: {}");
+    apply_yaml(&client, src.name(), &same).await?;
+    // Other namespace, Filesystem → Block.
+    let other = dv_yaml("copyblock", &format!("    pvc: {{namespace: {}, name: golden}}", src.name()), "storage: {volumeMode: Block, resources: {requests: {storage: 32Mi}}}");
+    apply_yaml(&client, dst.name(), &other).await?;
+    let dst_api: Api<DataVolume> = Api::namespaced(client.clone(), dst.name());
+    for (api, ns, name) in [(&src_api, src.name(), "copy"), (&dst_api, dst.name(), "copyblock")] {
+        let dv = wait_succeeded(api, name).await?;
+        assert_success_status(&dv);
+        assert_eq!(cond(&dv, ConditionType::Running).and_then(|c| c.message).as_deref(), Some("Clone Complete"));
+        assert_volume_matches(&client, ns, name, "q2-v3.qcow2").await?;
+        let events = events_of(&client, ns, name).await;
+        assert!(events.iter().any(|(r, m)| r == "CloneSucceeded" && m.starts_with(&format!("Successfully cloned from {}/golden into {ns}/{name}", src.name()))), "{events:?}");
+    }
+    // Source pods are gone.
+    let src_pods: Api<Pod> = Api::namespaced(client.clone(), src.name());
+    poll_until("clone source pods deleted", Duration::from_secs(60), || async {
+        src_pods.list(&ListParams::default().labels("cdi.kubevirt.io=cdi-clone-source")).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
+    })
+    .await?;
+    dst.delete().await?;
+    src.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn s3_and_registry_sources() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-s3reg").await?;
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: s3-creds}\nstringData: {accessKeyId: importer-test-ak, secretKey: importer-test-sk-9f3c1e}\n";
+    apply_yaml(&client, ns.name(), secret).await?;
+    // The plain-HTTP registry must be listed as insecure in the CDIConfig.
+    let registry = format!("10.244.0.1:{}", 19500);
+    apply_yaml(&client, "", &format!("apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDIConfig\nmetadata: {{name: config}}\nspec:\n  insecureRegistries: [\"{registry}\"]\n")).await?;
+    let yaml = [
+        dv_yaml("s3", &format!("    s3:\n      url: \"{}\"\n      secretRef: s3-creds", host_url(S3, "images/q2-v3.qcow2")), "storage: {resources: {requests: {storage: 64Mi}}}"),
+        dv_yaml("reg", &format!("    registry:\n      url: \"docker://{registry}/test/env:v1\""), "storage: {resources: {requests: {storage: 64Mi}}}"),
+    ]
+    .join("---\n");
+    // Give the controller's config cache a moment to see the CDIConfig change.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    apply_yaml(&client, ns.name(), &yaml).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+    let dv = wait_succeeded(&api, "s3").await?;
+    assert_success_status(&dv);
+    assert_volume_matches(&client, ns.name(), "s3", "q2-v3.qcow2").await?;
+    let dv = wait_succeeded(&api, "reg").await?;
+    assert_success_status(&dv);
+    assert_volume_matches(&client, ns.name(), "reg", "base.raw").await?;
+    // Labels from the image's environment land on the PVC.
+    let pvc: PersistentVolumeClaim = Api::namespaced(client.clone(), ns.name()).get("reg").await?;
+    assert_eq!(pvc.labels().get("instancetype.kubevirt.io/default-instancetype").map(String::as_str), Some("u1.small"));
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn deleting_a_datavolume_removes_its_pod_and_claim() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-delete").await?;
+    apply_yaml(&client, ns.name(), &dv_yaml("gone", &http_source(&host_url(NGINX, "slow/small.raw")), "storage: {resources: {requests: {storage: 16Mi}}}")).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+    wait_dv(&api, "gone", Duration::from_secs(120), |d| phase(d) == Some(DataVolumePhase::ImportInProgress)).await?;
+    api.delete("gone", &DeleteParams::default()).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns.name());
+    poll_until("importer pod and PVC deleted", Duration::from_secs(90), || async {
+        let pod = pods.get_opt("importer-gone").await.ok()?;
+        let pvc = pvcs.get_opt("gone").await.ok()?;
+        (pod.is_none() && pvc.is_none()).then_some(())
+    })
+    .await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up)"]
+async fn upload_datavolume_becomes_upload_ready() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-upload").await?;
+    let images = cdi::cdi_images()?;
+    assert!(images.uploadserver.is_some(), "the workspace has no uploadserver binary");
+    apply_yaml(&client, ns.name(), &dv_yaml("up", "    upload: {}", "storage: {resources: {requests: {storage: 16Mi}}}")).await?;
+    let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
+    let dv = wait_dv(&api, "up", Duration::from_secs(120), |d| phase(d) == Some(DataVolumePhase::UploadReady)).await?;
+    assert_eq!(cond(&dv, ConditionType::Bound).map(|c| c.status), Some(ConditionStatus::True));
+    let events = events_of(&client, ns.name(), "up").await;
+    assert!(events.iter().any(|(r, m)| r == "UploadReady" && m == "Upload into up ready"), "{events:?}");
+    let pvc: PersistentVolumeClaim = Api::namespaced(client.clone(), ns.name()).get("up").await?;
+    assert_eq!(pvc.annotations().get("cdi.kubevirt.io/storage.pod.ready").map(String::as_str), Some("true"));
+    let svc: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), ns.name());
+    assert!(svc.get_opt("cdi-upload-up").await?.is_some());
+    let _ = PostParams::default();
+    ns.delete().await
+}
