@@ -36,14 +36,22 @@ FUZZ_RUNS=3000 scripts/fuzz.sh
 # Real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), a real kubelet on
 # containerd + runc, and the local PV provisioner; see tests/cluster/README.md. Runs in a subshell whose own EXIT
 # trap tears the cluster down, so the import-pipeline trap above stays untouched and a failing `down` cannot fail CI.
-step "cluster tests (issue 4)"
+# Then the CDI stack on it (issues 5 and 6): DataVolumes end to end, the upload path and virtctl.
+step "cluster tests (issues 4, 5, 6)"
 tests/cluster/install-deps.sh
 (
   trap 'tests/cluster/down || true' EXIT
   trap 'exit 130' INT TERM
   tests/cluster/up
-  if ! cargo test -p kube-test-support --test cluster -- --ignored --test-threads=4; then
+  cluster_failed() {
     tests/cluster/logs || true
+    KUBECONFIG=${TMPDIR:-/tmp}/kubevirt-rs-cluster/admin.kubeconfig kubectl logs -n cdi --all-containers \
+      -l app=containerized-data-importer-controller --tail=60 2>/dev/null || true
     exit 1
-  fi
+  }
+  cargo test -p kube-test-support --test cluster -- --ignored --test-threads=4 || cluster_failed
+  step "DataVolume controller on the cluster (issue 5)"
+  cargo test -p kube-test-support --test datavolume -- --ignored --test-threads=4 || cluster_failed
+  step "upload path on the cluster (issue 6)"
+  cargo test -p uploader --test cluster -- --ignored --test-threads=2 || cluster_failed
 )

@@ -25,7 +25,7 @@ pub const CDI_CONFIG_NAME: &str = "config";
 #[serde(rename_all = "camelCase")]
 pub struct CDIConfigSpec {
     /// Overrides the upload proxy URL reported in status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "uploadProxyURLOverride", default, skip_serializing_if = "Option::is_none")]
     pub upload_proxy_url_override: Option<String>,
     /// Proxy settings for importer pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,7 +49,7 @@ pub struct CDIConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure_registries: Option<Vec<String>>,
     /// Deprecated; accepted and ignored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "dataVolumeTTLSeconds", default, skip_serializing_if = "Option::is_none")]
     pub data_volume_ttl_seconds: Option<i32>,
     /// Image pull secrets for worker pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,7 +76,7 @@ pub struct ImportProxy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_proxy: Option<String>,
     /// ConfigMap holding the proxy CA (`ca.pem`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "trustedCAProxy", default, skip_serializing_if = "Option::is_none")]
     pub trusted_ca_proxy: Option<String>,
 }
 

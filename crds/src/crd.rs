@@ -88,6 +88,12 @@ pub fn datavolume_validations() -> Vec<(&'static str, Vec<ValidationRule>)> {
             "SourceType cannot be blank and the contentType be archive",
         ),
         fixed(
+            "!(has(self.contentType) && self.contentType == 'archive' && \
+             ((has(self.storage) && has(self.storage.volumeMode) && self.storage.volumeMode == 'Block') || \
+             (has(self.pvc) && has(self.pvc.volumeMode) && self.pvc.volumeMode == 'Block')))",
+            "contentType archive requires volumeMode Filesystem",
+        ),
+        fixed(
             "!(has(self.source) && has(self.source.registry) && has(self.contentType) && \
              self.contentType != 'kubevirt')",
             "ContentType must be kubevirt when Source is Registry",

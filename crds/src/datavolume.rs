@@ -203,6 +203,12 @@ pub struct ForeignSource {
     /// Skip TLS verification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure_skip_verify: Option<bool>,
+    /// VDDK init image.
+    #[serde(rename = "initImageURL", default, skip_serializing_if = "Option::is_none")]
+    pub init_image_url: Option<String>,
+    /// VDDK extra-arguments ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_args: Option<String>,
 }
 
 /// `source.upload` / `source.blank`: no fields.

@@ -29,3 +29,25 @@ fn datavolume_crd_has_columns_short_names_status_and_cel() {
         assert!(yaml.contains(needle), "missing rule {needle}");
     }
 }
+
+#[test]
+fn acronym_field_names_match_upstream_json() {
+    use crds::config::{CDIConfigSpec, ImportProxy};
+    let spec = CDIConfigSpec {
+        upload_proxy_url_override: Some("u".into()),
+        data_volume_ttl_seconds: Some(1),
+        import_proxy: Some(ImportProxy {
+            http_proxy: Some("h".into()),
+            https_proxy: Some("s".into()),
+            no_proxy: Some("n".into()),
+            trusted_ca_proxy: Some("t".into()),
+        }),
+        ..Default::default()
+    };
+    let json = serde_json::to_string(&spec).unwrap_or_default();
+    for key in
+        ["uploadProxyURLOverride", "dataVolumeTTLSeconds", "HTTPProxy", "HTTPSProxy", "noProxy", "trustedCAProxy"]
+    {
+        assert!(json.contains(&format!("\"{key}\"")), "{key} missing in {json}");
+    }
+}

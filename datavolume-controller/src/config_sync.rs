@@ -59,16 +59,16 @@ async fn sync_once(ctx: &Context) -> Result<(), kube::Error> {
     let classes: Vec<String> = ctx.stores.classes.state().iter().map(|c| c.name_any()).collect();
     let cfg = ctx.cdi_config();
     let want = effective_status(cfg.as_deref(), &classes, |c| ctx.overhead(c));
-    if let Some(cfg) = &cfg {
-        if cfg.status.as_ref() != Some(&want) {
-            configs
-                .patch_status(
-                    CDI_CONFIG_NAME,
-                    &PatchParams::default(),
-                    &Patch::Merge(&serde_json::json!({ "status": want })),
-                )
-                .await?;
-        }
+    if let Some(cfg) = &cfg
+        && cfg.status.as_ref() != Some(&want)
+    {
+        configs
+            .patch_status(
+                CDI_CONFIG_NAME,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({ "status": want })),
+            )
+            .await?;
     }
     let profiles: Api<StorageProfile> = Api::all(ctx.client.clone());
     for sc in ctx.stores.classes.state() {

@@ -23,7 +23,9 @@ use crate::worker::{Work, owner_uid};
 
 /// Requeue interval while a transfer runs (CDI's 2 s progress cadence).
 const PROGRESS_REQUEUE: Duration = Duration::from_secs(2);
-/// Resync interval otherwise.
+/// Resync interval while waiting for the claim or a worker pod.
+const PENDING_REQUEUE: Duration = Duration::from_secs(5);
+/// Resync interval of finished DataVolumes.
 const RESYNC: Duration = Duration::from_secs(300);
 
 /// The worker pod whose progress the DV shows, if running.
@@ -93,13 +95,11 @@ async fn reconcile_inner(dv: &DataVolume, ctx: &Context) -> Result<Action> {
         let class = p.spec.as_ref().and_then(|s| s.storage_class_name.clone());
         obs.wffc = ctx.is_wffc(class.as_deref()) && !p.annotations().contains_key(ann::BIND_IMMEDIATE);
         let running = p.annotations().get(ann::POD_PHASE).is_some_and(|v| v == "Running");
-        if running {
-            if let Some(pod) = worker_pod(ctx, p) {
-                if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
-                    obs.progress =
-                        crate::progress::scrape(&ctx.scraper, &ip, crds::consts::WORKER_PORT, &owner_uid(p)).await;
-                }
-            }
+        if running
+            && let Some(pod) = worker_pod(ctx, p)
+            && let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone())
+        {
+            obs.progress = crate::progress::scrape(&ctx.scraper, &ip, crds::consts::WORKER_PORT, &owner_uid(p)).await;
         }
     }
 
@@ -120,11 +120,14 @@ async fn reconcile_inner(dv: &DataVolume, ctx: &Context) -> Result<Action> {
             ctx.publish(dv, ev).await;
         }
     }
-    let in_progress = matches!(
-        next.phase,
-        Some(DataVolumePhase::ImportInProgress | DataVolumePhase::CloneInProgress | DataVolumePhase::UploadReady)
-    );
-    Ok(if in_progress { Action::requeue(PROGRESS_REQUEUE) } else { Action::requeue(RESYNC) })
+    Ok(Action::requeue(match next.phase {
+        Some(DataVolumePhase::ImportInProgress | DataVolumePhase::CloneInProgress | DataVolumePhase::UploadReady) => {
+            PROGRESS_REQUEUE
+        }
+        Some(DataVolumePhase::Succeeded | DataVolumePhase::Failed) => RESYNC,
+        // Waiting on the PVC or a worker: watch events drive this, a short resync bounds any missed event.
+        _ => PENDING_REQUEUE,
+    }))
 }
 
 /// Retry policy: back off 5 s on errors.

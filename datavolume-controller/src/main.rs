@@ -97,7 +97,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     });
 
-    let client = kube::Client::try_default().await?;
+    // Count every API request (the benchmark reports requests per DataVolume).
+    let config = kube::Config::infer().await?;
+    let counter = metrics.api_requests.clone();
+    let count = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        counter.inc();
+        req
+    });
+    let client = kube::client::ClientBuilder::try_from(config)?.with_layer(&count).build();
     let identity = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("datavolume-controller-{}", std::process::id()));

@@ -22,6 +22,8 @@ pub struct Metrics {
     pub failures: Family<ControllerLabel, Counter>,
     /// Reconcile duration in seconds.
     pub duration: Family<ControllerLabel, Histogram>,
+    /// Requests this process sent to the API server (watches count once, when opened).
+    pub api_requests: Counter,
 }
 
 impl Default for Metrics {
@@ -35,7 +37,9 @@ impl Default for Metrics {
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register("reconcile_failures", "Reconciles that returned an error", failures.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
-        Metrics { registry, reconciles, failures, duration }
+        let api_requests = Counter::default();
+        registry.register("api_requests", "Requests sent to the API server", api_requests.clone());
+        Metrics { registry, reconciles, failures, duration, api_requests }
     }
 }
 

@@ -253,14 +253,14 @@ pub fn compute(
             None => (ConditionStatus::False, String::new(), String::new()),
         },
     };
-    if let Some(e) = &obs.claim_error {
-        if old_cond(ConditionType::Ready).and_then(|c| c.message.as_deref()) != Some(e.as_str()) {
-            events.push(DvEvent {
-                type_: EventType::Warning,
-                reason: reason::ERR_CLAIM_NOT_VALID.into(),
-                message: e.clone(),
-            });
-        }
+    if let Some(e) = &obs.claim_error
+        && old_cond(ConditionType::Ready).and_then(|c| c.message.as_deref()) != Some(e.as_str())
+    {
+        events.push(DvEvent {
+            type_: EventType::Warning,
+            reason: reason::ERR_CLAIM_NOT_VALID.into(),
+            message: e.clone(),
+        });
     }
     let ready = condition(old_cond(ConditionType::Ready), ConditionType::Ready, rd_status, &rd_reason, &rd_msg, now);
 

@@ -134,7 +134,7 @@ pub fn observe_pod(pvc: &PersistentVolumeClaim, pod: &Pod, kind: WorkerKind) -> 
                     a.insert(ann::PREALLOCATION_APPLIED.into(), Some("true".into()));
                 }
                 out.labels = term.labels;
-                out.delete_pod = !old.get(ann::RETAIN_AFTER_COMPLETION).is_some_and(|v| v == "true");
+                out.delete_pod = old.get(ann::RETAIN_AFTER_COMPLETION).is_none_or(|v| v != "true");
             }
         }
         "Failed" => {
@@ -330,12 +330,12 @@ async fn import(ctx: &Context, pvc: &PersistentVolumeClaim, clone: Option<CloneE
             };
             let want = worker::importer_pod(pvc, &cfg, &opts);
             let created = create(ctx, &ns, &want).await?;
-            if opts.scratch {
-                if let Some(pod) = &created {
-                    let scratch_class = cfg.scratch_class.clone().or(class.clone());
-                    let s = worker::scratch_pvc(pvc, &cfg, opts.overhead, ctx.overhead(scratch_class.as_deref()), pod)?;
-                    create(ctx, &ns, &s).await?;
-                }
+            if opts.scratch
+                && let Some(pod) = &created
+            {
+                let scratch_class = cfg.scratch_class.clone().or(class.clone());
+                let s = worker::scratch_pvc(pvc, &cfg, opts.overhead, ctx.overhead(scratch_class.as_deref()), pod)?;
+                create(ctx, &ns, &s).await?;
             }
             let mut changes = AnnotationChanges::new();
             changes.insert(ann::IMPORT_POD_NAME.into(), Some(pod_name));
@@ -478,13 +478,10 @@ async fn clone(ctx: &Context, pvc: &PersistentVolumeClaim, src_ns: &str, src_nam
         }
         Some(src) => {
             let st = src.status.clone().unwrap_or_default();
-            match st.phase.as_deref() {
-                Some("Succeeded" | "Failed") => {
-                    // The source server ended (idle exit or crash) before the target finished: start over.
-                    delete_pod(ctx, src_ns, &src_pod_name).await?;
-                    return Ok(Action::requeue(Duration::from_secs(2)));
-                }
-                _ => {}
+            if matches!(st.phase.as_deref(), Some("Succeeded" | "Failed")) {
+                // The source server ended (idle exit or crash) before the target finished: start over.
+                delete_pod(ctx, src_ns, &src_pod_name).await?;
+                return Ok(Action::requeue(Duration::from_secs(2)));
             }
             let ready = st.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
             match (ready, st.pod_ip) {

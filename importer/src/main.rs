@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use importer::checksum::ExpectedChecksum;
 use importer::plan::SizeRule;
 use importer::progress::Progress;
+use importer::serve::{self, ServeConfig};
 use importer::source::{SourceLocation, SourceOptions, http::parse_header};
 use importer::{ImportRequest, size::parse_size};
 
@@ -118,6 +119,22 @@ enum Cmd {
         no_progress: bool,
         #[command(flatten)]
         http: HttpArgs,
+    },
+    /// Serve a volume's disk image read-only over HTTPS at /disk.img (bearer token; the source side of a
+    /// host-assisted clone).
+    Serve {
+        /// The image, a file or block device [default: /dev/cdi-block-volume if a block device, else /data/disk.img].
+        #[arg(long, env = "SERVE_PATH", value_name = "PATH")]
+        path: Option<PathBuf>,
+        /// File holding the bearer token clients must send (trimmed; must be non-empty).
+        #[arg(long, env = "SERVE_TOKEN_FILE", value_name = "FILE", default_value = serve::DEFAULT_TOKEN_FILE)]
+        token_file: PathBuf,
+        /// Listen address.
+        #[arg(long, env = "SERVE_ADDR", value_name = "ADDR", default_value = serve::DEFAULT_ADDR)]
+        addr: std::net::SocketAddr,
+        /// Exit 0 after this many seconds without an active image request (0: never).
+        #[arg(long, env = "SERVE_IDLE_EXIT", value_name = "SECONDS", default_value_t = serve::DEFAULT_IDLE_EXIT_SECS)]
+        idle_exit: u64,
     },
     /// Describe an image (format, compression, virtual size, cluster size, refused features).
     Info {
@@ -251,6 +268,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Cmd::Serve { path, token_file, addr, idle_exit } => {
+            let cfg = ServeConfig {
+                path: path.unwrap_or_else(serve::default_path),
+                token: serve::read_token(&token_file)?,
+                addr,
+                idle_exit: (idle_exit > 0).then(|| Duration::from_secs(idle_exit)),
+            };
+            let exit = rt.block_on(async move { serve::serve(cfg, terminated()).await })?;
+            tracing::info!(?exit, "serve finished");
+            // Readers of abandoned responses stop once their connection is gone; do not wait on them.
+            rt.shutdown_timeout(Duration::from_secs(1));
+            Ok(())
+        }
         Cmd::Info { source, output, http } => {
             let loc = http.location(&source)?;
             let opts = http.options()?;
@@ -274,6 +304,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT (if a handler cannot be installed, only on the other signal).
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let wait = |kind: SignalKind| async move {
+        match signal(kind) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot handle signal {kind:?}: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = wait(SignalKind::terminate()) => tracing::info!("SIGTERM"),
+        () = wait(SignalKind::interrupt()) => tracing::info!("SIGINT"),
     }
 }
 

@@ -80,27 +80,9 @@ impl Metrics {
     }
 }
 
-/// Makes a TLS acceptor with a fresh self-signed certificate.
-fn acceptor() -> Result<tokio_rustls::TlsAcceptor, String> {
-    let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| String::from("localhost"));
-    let ck = rcgen::generate_simple_self_signed(vec![hostname, String::from("localhost")])
-        .map_err(|e| format!("certificate: {e}"))?;
-    let cert = ck.cert.der().clone();
-    let key =
-        rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der()).map_err(|e| format!("key: {e}"))?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("tls: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(vec![cert], key)
-        .map_err(|e| format!("tls: {e}"))?;
-    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
-}
-
 /// Binds `addr` and serves metrics until the runtime shuts down. Returns the bound address.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, String> {
-    let tls = acceptor()?;
+    let tls = crate::tls::self_signed_acceptor().map_err(|e| crate::error::chain_line(&e))?;
     let listener = TcpListener::bind(addr).await.map_err(|e| format!("bind {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tokio::spawn(async move {

@@ -157,7 +157,18 @@ pub fn probe(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<Probed> {
-    let OpenedSource { stream, size, random_access, local_path, image_env } = source::open(location, http, rt)?;
+    probe_opened(source::open(location, http, rt)?, location, progress, hasher)
+}
+
+/// [`probe`] for a source the caller opened itself (a push source: an upload body). `location` only names
+/// the source in errors (a [`SourceLocation::File`] makes read failures `reading the source failed at byte N`).
+pub fn probe_opened(
+    opened: OpenedSource,
+    location: &SourceLocation,
+    progress: &Progress,
+    hasher: Option<&Hasher>,
+) -> Result<Probed> {
+    let OpenedSource { stream, size, random_access, local_path, image_env } = opened;
     let loc = location.clone();
     let counted = CountingReader::new(stream, progress.clone());
     let raw: BoxRead = match hasher {
@@ -211,8 +222,24 @@ pub fn compression_name(c: &[Compression]) -> String {
 /// Runs an import. Must be called from a blocking thread inside a Tokio runtime whose handle is `rt`.
 pub fn import(req: &ImportRequest, progress: &Progress, rt: &tokio::runtime::Handle) -> Result<ImportReport> {
     let started = Instant::now();
+    let opened = source::open(&req.source, &req.http, rt)?;
+    import_from(req, opened, progress, started)
+}
+
+/// Runs an import from a source the caller opened itself (a push source: an upload body streamed by the
+/// upload server); `req.source` only names it in errors. Must be called from a blocking thread.
+pub fn import_opened(req: &ImportRequest, opened: OpenedSource, progress: &Progress) -> Result<ImportReport> {
+    import_from(req, opened, progress, Instant::now())
+}
+
+fn import_from(
+    req: &ImportRequest,
+    opened: OpenedSource,
+    progress: &Progress,
+    started: Instant,
+) -> Result<ImportReport> {
     let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
-    let probed = probe(&req.source, &req.http, rt, progress, hasher.as_ref())?;
+    let probed = probe_opened(opened, &req.source, progress, hasher.as_ref())?;
     let plan = plan::plan(Probe {
         format: probed.format,
         compressed: !probed.compressions.is_empty(),

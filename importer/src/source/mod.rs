@@ -13,6 +13,7 @@ use crate::{Error, Result};
 
 pub mod file;
 pub mod http;
+pub mod push;
 pub mod registry;
 pub mod s3;
 

@@ -56,8 +56,12 @@ pub struct CdiImages {
     pub importer: String,
     /// DataVolume controller.
     pub controller: String,
-    /// Upload server (`None` when the workspace has no `uploadserver` binary; upload tests then fail).
-    pub uploadserver: Option<String>,
+    /// Upload server.
+    pub uploadserver: String,
+    /// Upload proxy.
+    pub uploadproxy: String,
+    /// Token API (aggregated API server).
+    pub apiserver: String,
     /// Tag shared by all.
     pub tag: String,
 }
@@ -74,17 +78,17 @@ pub fn cdi_images() -> Result<CdiImages> {
     let r = (|| -> Result<CdiImages> {
         let importer = workspace_binary("importer")?;
         let controller = workspace_binary("datavolume-controller")?;
-        let uploadserver = workspace_binary("uploadserver").ok();
+        let uploadserver = workspace_binary("uploadserver")?;
+        let uploadproxy = workspace_binary("uploadproxy")?;
+        let apiserver = workspace_binary("cdi-apiserver")?;
         let qemu_img = PathBuf::from("/usr/bin/qemu-img");
-        let mut files = vec![importer.as_path(), controller.as_path()];
-        files.extend(uploadserver.as_deref());
-        let tag = content_tag(&files);
+        let tag = content_tag(&[&importer, &controller, &uploadserver, &uploadproxy, &apiserver]);
         Ok(CdiImages {
             importer: push_image_from_binaries(&format!("importer:{tag}"), &[&importer, &qemu_img])?,
             controller: push_image_from_binaries(&format!("datavolume-controller:{tag}"), &[&controller])?,
-            uploadserver: uploadserver
-                .map(|u| push_image_from_binaries(&format!("uploadserver:{tag}"), &[&u, &qemu_img]))
-                .transpose()?,
+            uploadserver: push_image_from_binaries(&format!("uploadserver:{tag}"), &[&uploadserver, &qemu_img])?,
+            uploadproxy: push_image_from_binaries(&format!("uploadproxy:{tag}"), &[&uploadproxy])?,
+            apiserver: push_image_from_binaries(&format!("cdi-apiserver:{tag}"), &[&apiserver])?,
             tag,
         })
     })();
@@ -94,20 +98,24 @@ pub fn cdi_images() -> Result<CdiImages> {
 
 /// Reads a file of this checkout.
 pub fn read_repo_file(rel: &str) -> Result<String> {
-    std::fs::read_to_string(repo_root().join(rel)).map_err(|source| Error::Command { cmd: format!("reading {rel}"), source })
+    std::fs::read_to_string(repo_root().join(rel))
+        .map_err(|source| Error::Command { cmd: format!("reading {rel}"), source })
 }
 
 /// Rewrites `kubevirt-rs/<name>:latest` image references of a deploy manifest to the pushed images.
 pub fn with_images(yaml: &str, images: &CdiImages) -> String {
     yaml.replace("kubevirt-rs/importer:latest", &images.importer)
         .replace("kubevirt-rs/datavolume-controller:latest", &images.controller)
-        .replace("kubevirt-rs/uploadserver:latest", images.uploadserver.as_deref().unwrap_or("kubevirt-rs/uploadserver:missing"))
+        .replace("kubevirt-rs/uploadserver:latest", &images.uploadserver)
+        .replace("kubevirt-rs/uploadproxy:latest", &images.uploadproxy)
+        .replace("kubevirt-rs/cdi-apiserver:latest", &images.apiserver)
 }
 
 /// Applies `deploy/` (namespace, CRDs, admission policy, controller) with the pushed images and waits until the
 /// controller Deployment is available. Idempotent.
 pub async fn deploy_cdi(cluster: &TestCluster) -> Result<CdiImages> {
-    let images = tokio::task::spawn_blocking(cdi_images).await.map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
+    let images =
+        tokio::task::spawn_blocking(cdi_images).await.map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
     let client = cluster.client().await?;
     apply_yaml(&client, "cdi", &read_repo_file("deploy/namespace.yaml")?).await?;
     for f in ["datavolume.yaml", "cdiconfig.yaml", "storageprofile.yaml"] {
@@ -116,14 +124,27 @@ pub async fn deploy_cdi(cluster: &TestCluster) -> Result<CdiImages> {
     // CRDs must be established before objects of them are served.
     tokio::time::sleep(Duration::from_secs(1)).await;
     apply_yaml(&client, "cdi", &read_repo_file("deploy/crds/datavolume-policy.yaml")?).await?;
-    apply_yaml(&client, "cdi", &with_images(&read_repo_file("deploy/datavolume-controller.yaml")?, &images)).await?;
+    for f in ["datavolume-controller.yaml", "cdi-apiserver.yaml", "uploadproxy.yaml"] {
+        apply_yaml(&client, "cdi", &with_images(&read_repo_file(&format!("deploy/{f}"))?, &images)).await?;
+    }
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), "cdi");
-    let want = images.controller.clone();
-    poll_until("cdi-deployment available with the current image", Duration::from_secs(180), || {
+    for (deployment, want) in [
+        ("cdi-deployment", images.controller.clone()),
+        ("cdi-apiserver", images.apiserver.clone()),
+        ("cdi-uploadproxy", images.uploadproxy.clone()),
+    ] {
+        wait_rollout(&deploys, deployment, want).await?;
+    }
+    Ok(images)
+}
+
+/// Waits until Deployment `name` runs `want` on every replica and is available.
+async fn wait_rollout(deploys: &Api<Deployment>, name: &str, want: String) -> Result<()> {
+    poll_until(&format!("{name} available with image {want}"), Duration::from_secs(180), || {
         let deploys = deploys.clone();
         let want = want.clone();
         async move {
-            let d = deploys.get_opt("cdi-deployment").await.ok().flatten()?;
+            let d = deploys.get_opt(name).await.ok().flatten()?;
             let image = d.spec.as_ref()?.template.spec.as_ref()?.containers.first()?.image.clone()?;
             let st = d.status?;
             let updated = st.updated_replicas.unwrap_or(0) == st.replicas.unwrap_or(0)
@@ -132,8 +153,7 @@ pub async fn deploy_cdi(cluster: &TestCluster) -> Result<CdiImages> {
             (image == want && updated && d.metadata.generation == st.observed_generation).then_some(())
         }
     })
-    .await?;
-    Ok(images)
+    .await
 }
 
 /// Where the test cluster's local provisioner keeps a bound PVC's data: the directory (Filesystem) or the loop
@@ -188,7 +208,8 @@ pub fn compare_image(actual: &Path, expected: &Path) -> std::result::Result<(), 
         if n == 0 {
             break;
         }
-        a.read_exact(&mut ab[..n]).map_err(|x| format!("{} is shorter than the image ({offset}+): {x}", actual.display()))?;
+        a.read_exact(&mut ab[..n])
+            .map_err(|x| format!("{} is shorter than the image ({offset}+): {x}", actual.display()))?;
         if ab[..n] != eb[..n] {
             let i = ab[..n].iter().zip(&eb[..n]).position(|(x, y)| x != y).unwrap_or(0);
             return Err(format!("byte {} differs from qemu-img's output", offset + i as u64));

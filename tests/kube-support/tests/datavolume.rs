@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crds::datavolume::{ConditionStatus, ConditionType, DataVolume, DataVolumeCondition, DataVolumePhase};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use kube_test_support::cdi::{self, compare_image, dv_image_path, host_url, qemu_raw};
 use kube_test_support::{Result, TestCluster, TestNamespace, apply_yaml, describe, poll_until, test_image};
@@ -48,7 +48,12 @@ fn phase(dv: &DataVolume) -> Option<DataVolumePhase> {
     dv.status.as_ref()?.phase
 }
 
-async fn wait_dv(api: &Api<DataVolume>, name: &str, timeout: Duration, f: impl Fn(&DataVolume) -> bool) -> Result<DataVolume> {
+async fn wait_dv(
+    api: &Api<DataVolume>,
+    name: &str,
+    timeout: Duration,
+    f: impl Fn(&DataVolume) -> bool,
+) -> Result<DataVolume> {
     let what = format!("DataVolume {name}");
     match poll_until(&what, timeout, || async { api.get_opt(name).await.ok().flatten().filter(|d| f(d)) }).await {
         Ok(d) => Ok(d),
@@ -63,7 +68,13 @@ async fn wait_succeeded(api: &Api<DataVolume>, name: &str) -> Result<DataVolume>
 async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
     let api: Api<Event> = Api::namespaced(client.clone(), ns);
     let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
-    api.list(&lp).await.map(|l| l.items).unwrap_or_default().into_iter().map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect()
+    api.list(&lp)
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
 }
 
 async fn assert_volume_matches(client: &Client, ns: &str, name: &str, source: &str) -> Result<()> {
@@ -93,10 +104,18 @@ fn assert_success_status(dv: &DataVolume) {
 async fn http_qcow2_raw_xz_and_iso_import_exactly_with_cdi_status() -> Result<()> {
     let (cluster, client, ns) = setup("dv-http").await?;
     // (DV, served file, the uncompressed image qemu-img converts for the expected bytes)
-    let cases = [("qcow2", "q2-v3.qcow2", "q2-v3.qcow2"), ("rawxz", "base.raw.xz", "base.raw"), ("iso", "base.iso", "base.iso")];
+    let cases = [
+        ("qcow2", "q2-v3.qcow2", "q2-v3.qcow2"),
+        ("rawxz", "base.raw.xz", "base.raw"),
+        ("iso", "base.iso", "base.iso"),
+    ];
     let mut yaml = String::new();
     for (name, file, _) in cases {
-        yaml += &dv_yaml(name, &http_source(&host_url(NGINX, &format!("corpus/{file}"))), "storage: {resources: {requests: {storage: 64Mi}}}");
+        yaml += &dv_yaml(
+            name,
+            &http_source(&host_url(NGINX, &format!("corpus/{file}"))),
+            "storage: {resources: {requests: {storage: 64Mi}}}",
+        );
         yaml += "---\n";
     }
     apply_yaml(&client, ns.name(), &yaml).await?;
@@ -162,7 +181,8 @@ async fn failures_are_reported_as_cdi_does() -> Result<()> {
     // 404: Running=False/Error with the importer's message, restarts grow, never Failed.
     let dv = wait_dv(&api, "missing", IMPORT_TIMEOUT, |d| {
         d.status.as_ref().and_then(|s| s.restart_count).unwrap_or(0) >= 1
-            && cond(d, ConditionType::Running).is_some_and(|c| c.status == ConditionStatus::False && c.reason.as_deref() == Some("Error"))
+            && cond(d, ConditionType::Running)
+                .is_some_and(|c| c.status == ConditionStatus::False && c.reason.as_deref() == Some("Error"))
     })
     .await?;
     let running = cond(&dv, ConditionType::Running).unwrap_or_else(|| panic!("no Running"));
@@ -181,7 +201,8 @@ async fn failures_are_reported_as_cdi_does() -> Result<()> {
 
     // Too small: CDI's simplified message.
     let dv = wait_dv(&api, "small", IMPORT_TIMEOUT, |d| {
-        cond(d, ConditionType::Running).is_some_and(|c| c.message.as_deref() == Some("DataVolume too small to contain image"))
+        cond(d, ConditionType::Running)
+            .is_some_and(|c| c.message.as_deref() == Some("DataVolume too small to contain image"))
     })
     .await?;
     assert_ne!(phase(&dv), Some(DataVolumePhase::Failed));
@@ -201,16 +222,30 @@ async fn invalid_specs_are_refused_by_the_api_server() -> Result<()> {
         (dv_yaml("a", "    {}", storage), "Missing Data volume source"),
         (dv_yaml("b", "    http: {url: \"http://x/y\"}\n    blank: {}", storage), "Multiple Data volume sources"),
         (dv_yaml("c", "    http: {url: \"ftp://x/y\"}", storage), "Invalid source URL scheme: ftp://x/y"),
-        (dv_yaml("d", "    http: {url: \"http://x/y\", checksum: \"sha256:12\"}", storage), "Invalid checksum format: "),
-        (dv_yaml("e", "    blank: {}", "storage: {resources: {requests: {storage: 512Ki}}}"), "Storage size must be at least 1MiB"),
-        (dv_yaml("f", "    blank: {}", "storage: {resources: {requests: {storage: \"0\"}}}"), "Storage size can't be equal or less than zero"),
+        (
+            dv_yaml("d", "    http: {url: \"http://x/y\", checksum: \"sha256:12\"}", storage),
+            "Invalid checksum format: ",
+        ),
+        (
+            dv_yaml("e", "    blank: {}", "storage: {resources: {requests: {storage: 512Ki}}}"),
+            "Storage size must be at least 1MiB",
+        ),
+        (
+            dv_yaml("f", "    blank: {}", "storage: {resources: {requests: {storage: \"0\"}}}"),
+            "Storage size can't be equal or less than zero",
+        ),
         (dv_yaml("g", "    blank: {}", "storage: {}"), "Storage size is missing"),
-        (format!("{}  contentType: archive\n", dv_yaml("h", "    blank: {}", storage)), "SourceType cannot be blank and the contentType be archive"),
+        (
+            format!("{}  contentType: archive\n", dv_yaml("h", "    blank: {}", storage)),
+            "SourceType cannot be blank and the contentType be archive",
+        ),
         (dv_yaml("i", "    gcs: {url: \"gs://b/o\"}", storage), "source gcs is not supported"),
     ];
     for (yaml, want) in cases {
-        let path = tempfile::NamedTempFile::new().map_err(|source| kube_test_support::Error::Command { cmd: "tempfile".into(), source })?;
-        std::fs::write(path.path(), &yaml).map_err(|source| kube_test_support::Error::Command { cmd: "write".into(), source })?;
+        let path = tempfile::NamedTempFile::new()
+            .map_err(|source| kube_test_support::Error::Command { cmd: "tempfile".into(), source })?;
+        std::fs::write(path.path(), &yaml)
+            .map_err(|source| kube_test_support::Error::Command { cmd: "write".into(), source })?;
         let out = cluster.kubectl(["create", "-n", ns.name(), "-f", &path.path().display().to_string()])?;
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "accepted:\n{yaml}");
@@ -218,7 +253,16 @@ async fn invalid_specs_are_refused_by_the_api_server() -> Result<()> {
     }
     // The spec is immutable.
     apply_yaml(&client, ns.name(), &dv_yaml("imm", "    blank: {}", storage)).await?;
-    let out = cluster.kubectl(["patch", "dv", "imm", "-n", ns.name(), "--type=merge", "-p", r#"{"spec":{"preallocation":true}}"#])?;
+    let out = cluster.kubectl([
+        "patch",
+        "dv",
+        "imm",
+        "-n",
+        ns.name(),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"preallocation":true}}"#,
+    ])?;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("Cannot update DataVolume Spec"), "{err}");
     ns.delete().await
@@ -230,7 +274,11 @@ async fn blank_and_block_volumes() -> Result<()> {
     let (_cluster, client, ns) = setup("dv-block").await?;
     let yaml = [
         dv_yaml("blank", "    blank: {}", "storage: {resources: {requests: {storage: 16Mi}}}"),
-        dv_yaml("blockq", &http_source(&host_url(NGINX, "corpus/q2-v3.qcow2")), "storage: {volumeMode: Block, resources: {requests: {storage: 64Mi}}}"),
+        dv_yaml(
+            "blockq",
+            &http_source(&host_url(NGINX, "corpus/q2-v3.qcow2")),
+            "storage: {volumeMode: Block, resources: {requests: {storage: 64Mi}}}",
+        ),
     ]
     .join("---\n");
     apply_yaml(&client, ns.name(), &yaml).await?;
@@ -238,9 +286,11 @@ async fn blank_and_block_volumes() -> Result<()> {
     let dv = wait_succeeded(&api, "blank").await?;
     assert_success_status(&dv);
     let img = dv_image_path(&client, ns.name(), "blank").await?;
-    let meta = std::fs::metadata(&img).map_err(|source| kube_test_support::Error::Command { cmd: format!("stat {}", img.display()), source })?;
+    let meta = std::fs::metadata(&img)
+        .map_err(|source| kube_test_support::Error::Command { cmd: format!("stat {}", img.display()), source })?;
     assert_eq!(meta.len(), 16 << 20, "blank image has the requested usable size");
-    let zeros = tempfile::NamedTempFile::new().map_err(|source| kube_test_support::Error::Command { cmd: "tempfile".into(), source })?;
+    let zeros = tempfile::NamedTempFile::new()
+        .map_err(|source| kube_test_support::Error::Command { cmd: "tempfile".into(), source })?;
     assert_eq!(compare_image(&img, zeros.path()), Ok(()));
 
     let dv = wait_succeeded(&api, "blockq").await?;
@@ -255,7 +305,11 @@ async fn blank_and_block_volumes() -> Result<()> {
 #[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
 async fn wait_for_first_consumer_binds_when_a_consumer_appears() -> Result<()> {
     let (_cluster, client, ns) = setup("dv-wffc").await?;
-    let yaml = dv_yaml("wffc", &http_source(&host_url(NGINX, "corpus/tiny.raw")), "storage: {storageClassName: local-wffc, resources: {requests: {storage: 16Mi}}}");
+    let yaml = dv_yaml(
+        "wffc",
+        &http_source(&host_url(NGINX, "corpus/tiny.raw")),
+        "storage: {storageClassName: local-wffc, resources: {requests: {storage: 16Mi}}}",
+    );
     apply_yaml(&client, ns.name(), &yaml).await?;
     let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
     wait_dv(&api, "wffc", Duration::from_secs(60), |d| phase(d) == Some(DataVolumePhase::WaitForFirstConsumer)).await?;
@@ -279,11 +333,20 @@ async fn wait_for_first_consumer_binds_when_a_consumer_appears() -> Result<()> {
 async fn progress_is_reported_and_a_controller_restart_converges_without_duplicates() -> Result<()> {
     let (_cluster, client, ns) = setup("dv-progress").await?;
     // nginx serves /slow/ at 100 KiB/s: small.raw (5 MiB) takes ~50 s.
-    let yaml = dv_yaml("slow", &http_source(&host_url(NGINX, "slow/small.raw")), "storage: {resources: {requests: {storage: 16Mi}}}");
+    let yaml = dv_yaml(
+        "slow",
+        &http_source(&host_url(NGINX, "slow/small.raw")),
+        "storage: {resources: {requests: {storage: 16Mi}}}",
+    );
     apply_yaml(&client, ns.name(), &yaml).await?;
     let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
     let mid = wait_dv(&api, "slow", Duration::from_secs(300), |d| {
-        let p = d.status.as_ref().and_then(|s| s.progress.as_deref()).and_then(|p| p.strip_suffix('%')).and_then(|p| p.parse::<f64>().ok());
+        let p = d
+            .status
+            .as_ref()
+            .and_then(|s| s.progress.as_deref())
+            .and_then(|p| p.strip_suffix('%'))
+            .and_then(|p| p.parse::<f64>().ok());
         phase(d) == Some(DataVolumePhase::ImportInProgress) && p.is_some_and(|p| p > 0.0 && p < 100.0)
     })
     .await?;
@@ -306,11 +369,16 @@ async fn progress_is_reported_and_a_controller_restart_converges_without_duplica
         loop {
             let list = pods.list(&ListParams::default().labels("cdi.kubevirt.io=importer")).await;
             if let Ok(list) = list {
-                assert!(list.items.len() <= 1, "duplicate importer pods: {:?}", list.items.iter().map(ResourceExt::name_any).collect::<Vec<_>>());
-                if let Some(p) = list.items.first() {
-                    if p.metadata.deletion_timestamp.is_none() && phase_of(p) != "Succeeded" {
-                        assert_eq!(p.uid(), importer_uid, "the importer pod was replaced");
-                    }
+                assert!(
+                    list.items.len() <= 1,
+                    "duplicate importer pods: {:?}",
+                    list.items.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+                );
+                if let Some(p) = list.items.first()
+                    && p.metadata.deletion_timestamp.is_none()
+                    && phase_of(p) != "Succeeded"
+                {
+                    assert_eq!(p.uid(), importer_uid, "the importer pod was replaced");
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -336,7 +404,16 @@ fn phase_of(p: &Pod) -> String {
 async fn clone_within_and_across_namespaces_and_volume_modes() -> Result<()> {
     let (_cluster, client, src) = setup("dv-clone-src").await?;
     let dst = TestNamespace::create(&client, "dv-clone-dst").await?;
-    apply_yaml(&client, src.name(), &dv_yaml("golden", &http_source(&host_url(NGINX, "corpus/q2-v3.qcow2")), "storage: {resources: {requests: {storage: 32Mi}}}")).await?;
+    apply_yaml(
+        &client,
+        src.name(),
+        &dv_yaml(
+            "golden",
+            &http_source(&host_url(NGINX, "corpus/q2-v3.qcow2")),
+            "storage: {resources: {requests: {storage: 32Mi}}}",
+        ),
+    )
+    .await?;
     let src_api: Api<DataVolume> = Api::namespaced(client.clone(), src.name());
     wait_succeeded(&src_api, "golden").await?;
 
@@ -344,7 +421,11 @@ async fn clone_within_and_across_namespaces_and_volume_modes() -> Result<()> {
     let same = dv_yaml("copy", &format!("    pvc: {{namespace: {}, name: golden}}", src.name()), "storage: {}");
     apply_yaml(&client, src.name(), &same).await?;
     // Other namespace, Filesystem → Block.
-    let other = dv_yaml("copyblock", &format!("    pvc: {{namespace: {}, name: golden}}", src.name()), "storage: {volumeMode: Block, resources: {requests: {storage: 32Mi}}}");
+    let other = dv_yaml(
+        "copyblock",
+        &format!("    pvc: {{namespace: {}, name: golden}}", src.name()),
+        "storage: {volumeMode: Block, resources: {requests: {storage: 32Mi}}}",
+    );
     apply_yaml(&client, dst.name(), &other).await?;
     let dst_api: Api<DataVolume> = Api::namespaced(client.clone(), dst.name());
     for (api, ns, name) in [(&src_api, src.name(), "copy"), (&dst_api, dst.name(), "copyblock")] {
@@ -353,12 +434,21 @@ async fn clone_within_and_across_namespaces_and_volume_modes() -> Result<()> {
         assert_eq!(cond(&dv, ConditionType::Running).and_then(|c| c.message).as_deref(), Some("Clone Complete"));
         assert_volume_matches(&client, ns, name, "q2-v3.qcow2").await?;
         let events = events_of(&client, ns, name).await;
-        assert!(events.iter().any(|(r, m)| r == "CloneSucceeded" && m.starts_with(&format!("Successfully cloned from {}/golden into {ns}/{name}", src.name()))), "{events:?}");
+        assert!(
+            events.iter().any(|(r, m)| r == "CloneSucceeded"
+                && m.starts_with(&format!("Successfully cloned from {}/golden into {ns}/{name}", src.name()))),
+            "{events:?}"
+        );
     }
     // Source pods are gone.
     let src_pods: Api<Pod> = Api::namespaced(client.clone(), src.name());
     poll_until("clone source pods deleted", Duration::from_secs(60), || async {
-        src_pods.list(&ListParams::default().labels("cdi.kubevirt.io=cdi-clone-source")).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
+        src_pods
+            .list(&ListParams::default().labels("cdi.kubevirt.io=cdi-clone-source"))
+            .await
+            .ok()
+            .filter(|l| l.items.is_empty())
+            .map(|_| ())
     })
     .await?;
     dst.delete().await?;
@@ -375,8 +465,16 @@ async fn s3_and_registry_sources() -> Result<()> {
     let registry = format!("10.244.0.1:{}", 19500);
     apply_yaml(&client, "", &format!("apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDIConfig\nmetadata: {{name: config}}\nspec:\n  insecureRegistries: [\"{registry}\"]\n")).await?;
     let yaml = [
-        dv_yaml("s3", &format!("    s3:\n      url: \"{}\"\n      secretRef: s3-creds", host_url(S3, "images/q2-v3.qcow2")), "storage: {resources: {requests: {storage: 64Mi}}}"),
-        dv_yaml("reg", &format!("    registry:\n      url: \"docker://{registry}/test/env:v1\""), "storage: {resources: {requests: {storage: 64Mi}}}"),
+        dv_yaml(
+            "s3",
+            &format!("    s3:\n      url: \"{}\"\n      secretRef: s3-creds", host_url(S3, "images/q2-v3.qcow2")),
+            "storage: {resources: {requests: {storage: 64Mi}}}",
+        ),
+        dv_yaml(
+            "reg",
+            &format!("    registry:\n      url: \"docker://{registry}/test/env:v1\""),
+            "storage: {resources: {requests: {storage: 64Mi}}}",
+        ),
     ]
     .join("---\n");
     // Give the controller's config cache a moment to see the CDIConfig change.
@@ -399,7 +497,16 @@ async fn s3_and_registry_sources() -> Result<()> {
 #[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
 async fn deleting_a_datavolume_removes_its_pod_and_claim() -> Result<()> {
     let (_cluster, client, ns) = setup("dv-delete").await?;
-    apply_yaml(&client, ns.name(), &dv_yaml("gone", &http_source(&host_url(NGINX, "slow/small.raw")), "storage: {resources: {requests: {storage: 16Mi}}}")).await?;
+    apply_yaml(
+        &client,
+        ns.name(),
+        &dv_yaml(
+            "gone",
+            &http_source(&host_url(NGINX, "slow/small.raw")),
+            "storage: {resources: {requests: {storage: 16Mi}}}",
+        ),
+    )
+    .await?;
     let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
     wait_dv(&api, "gone", Duration::from_secs(120), |d| phase(d) == Some(DataVolumePhase::ImportInProgress)).await?;
     api.delete("gone", &DeleteParams::default()).await?;
@@ -418,9 +525,12 @@ async fn deleting_a_datavolume_removes_its_pod_and_claim() -> Result<()> {
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn upload_datavolume_becomes_upload_ready() -> Result<()> {
     let (_cluster, client, ns) = setup("dv-upload").await?;
-    let images = cdi::cdi_images()?;
-    assert!(images.uploadserver.is_some(), "the workspace has no uploadserver binary");
-    apply_yaml(&client, ns.name(), &dv_yaml("up", "    upload: {}", "storage: {resources: {requests: {storage: 16Mi}}}")).await?;
+    apply_yaml(
+        &client,
+        ns.name(),
+        &dv_yaml("up", "    upload: {}", "storage: {resources: {requests: {storage: 16Mi}}}"),
+    )
+    .await?;
     let api: Api<DataVolume> = Api::namespaced(client.clone(), ns.name());
     let dv = wait_dv(&api, "up", Duration::from_secs(120), |d| phase(d) == Some(DataVolumePhase::UploadReady)).await?;
     assert_eq!(cond(&dv, ConditionType::Bound).map(|c| c.status), Some(ConditionStatus::True));
@@ -430,6 +540,182 @@ async fn upload_datavolume_becomes_upload_ready() -> Result<()> {
     assert_eq!(pvc.annotations().get("cdi.kubevirt.io/storage.pod.ready").map(String::as_str), Some("true"));
     let svc: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), ns.name());
     assert!(svc.get_opt("cdi-upload-up").await?.is_some());
-    let _ = PostParams::default();
+    ns.delete().await
+}
+
+/// What an upstream example must do here.
+enum Expect {
+    /// The DataVolume reaches Succeeded.
+    Succeeded(&'static str),
+    /// The DataVolume reaches UploadReady.
+    UploadReady(&'static str),
+    /// The API server refuses it with a message containing this text.
+    Refused(&'static str),
+    /// Plain objects (Secret, ConfigMap, CDIConfig) that must apply.
+    Applies,
+    /// Not this issue's API; the reason is the test's documentation.
+    OtherApi(&'static str),
+}
+
+fn example_expectation(file: &str) -> Option<Expect> {
+    use Expect::*;
+    Some(match file {
+        "blank-image-datavolume.yaml" => Succeeded("blank-image-datavolume"),
+        "import-kubevirt-datavolume.yaml"
+        | "import-kubevirt-datavolume-secret.yaml"
+        | "import-kubevirt-datavolume-skip-tls.yaml" => Succeeded("my-data-volume"),
+        "import-kubevirt-block-datavolume.yaml" => Succeeded("import-kubevirt-block-datavolume"),
+        "import-archive-datavolume.yaml" => Succeeded("import-archive-datavolume"),
+        "import-archive-block-datavolume.yaml" => Refused("contentType archive requires volumeMode Filesystem"),
+        "registry-image-datavolume.yaml" => Succeeded("registry-image-datavolume"),
+        "registry-image-block-datavolume.yaml" => Succeeded("registry-image-block-datavolume"),
+        "clone-datavolume.yaml" => Refused("Missing Data volume PVC"),
+        "clone-block-datavolume.yaml" => Succeeded("clone-block-datavolume"),
+        "upload-datavolume.yaml" => UploadReady("upload-datavolume"),
+        "upload-block-datavolume.yaml" => UploadReady("upload-block-datavolume"),
+        "import-kubevirt-datavolume-gcs.yaml" => Refused("source gcs is not supported"),
+        "vddk-args-field.yaml" | "vddk-args-annotation.yaml" => Refused("source vddk is not supported"),
+        "cert-configmap.yaml"
+        | "endpoint-secret.yaml"
+        | "import-kubevirt-datavolume-gcs-secret.yaml"
+        | "example-cdiconfig.yaml"
+        | "vddk-args-configmap.yaml"
+        | "vddk-configmap.yaml" => Applies,
+        "upload-datavolume-token.yaml" | "upload-block-datavolume-token.yaml" => {
+            OtherApi("UploadTokenRequest: the upload tests (issue 6)")
+        }
+        "import-block-pv.yaml" => {
+            OtherApi("a hand-made PersistentVolume on node01's /dev/loop10: cluster-specific, not CDI's API")
+        }
+        "vm-dv.yaml" => OtherApi("kubevirt.io VirtualMachine: the VM controller's issue"),
+        _ => return None,
+    })
+}
+
+/// Rewrites the examples' external URLs to this machine's peers (everything else stays as upstream wrote it).
+fn rewrite_example(yaml: &str, ns: &str) -> String {
+    yaml.replace(
+        "https://download.cirros-cloud.net/0.4.0/cirros-0.4.0-x86_64-disk.img",
+        &host_url(NGINX, "corpus/q2-v3.qcow2"),
+    )
+    .replace("https://172.16.15.6/iso/cirros-0.4.0-x86_64-disk.img", "https://10.244.0.1:18443/corpus/q2-v3.qcow2")
+    .replace(
+        "http://distro.ibiblio.org/tinycorelinux/9.x/x86/release/Core-current.iso",
+        &host_url(NGINX, "corpus/base.iso"),
+    )
+    .replace(
+        "http://geolite.maxmind.com/download/geoip/database/GeoLite2-Country.tar.gz",
+        &host_url(NGINX, "out/upstream-example-archive.tar.gz"),
+    )
+    .replace("docker://kubevirt/fedora-cloud-registry-disk-demo", "docker://10.244.0.1:19500/test/qcow2:v1")
+    .replace("namespace: default", &format!("namespace: {ns}"))
+    .replace("namespace: source-ns", &format!("namespace: {ns}"))
+    .replace("namespace: \"cdi\"", &format!("namespace: {ns}"))
+    .replace("namespace: cdi\n", &format!("namespace: {ns}\n"))
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn upstream_examples_work_or_are_refused_clearly() -> Result<()> {
+    let (cluster, client, ns) = setup("dv-examples").await?;
+    let dir = PathBuf::from("/work/shared/upstream-examples/cdi");
+    let dir = if dir.is_dir() { dir } else { cdi::repo_root().join("../shared/upstream-examples/cdi") };
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(|source| kube_test_support::Error::Command { cmd: format!("reading {}", dir.display()), source })?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|f| f.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "upstream examples not found in {}", dir.display());
+    // An archive to stand in for the GeoLite download, served by nginx under /out/.
+    let out = cdi::repo_root().join("tests/work/out");
+    let st = std::process::Command::new("tar")
+        .args(["-czf", "upstream-example-archive.tar.gz", "-C"])
+        .arg(cdi::repo_root().join("tests/work/corpus"))
+        .args(["tiny.raw", "manifest.tsv"])
+        .current_dir(&out)
+        .status()
+        .map_err(|source| kube_test_support::Error::Command { cmd: "tar".into(), source })?;
+    assert!(st.success());
+    // The registry example needs the local plain-HTTP registry listed as insecure.
+    apply_yaml(&client, "", "apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDIConfig\nmetadata: {name: config}\nspec:\n  insecureRegistries: [\"10.244.0.1:19500\"]\n").await?;
+    // The clone example's source.
+    apply_yaml(
+        &client,
+        ns.name(),
+        &dv_yaml("source-datavolume", "    blank: {}", "storage: {resources: {requests: {storage: 8Mi}}}"),
+    )
+    .await?;
+
+    // Imports first (the block clone example clones the block import example), clones last.
+    files.sort_by_key(|f| f.starts_with("clone-"));
+    let mut waits = Vec::new();
+    for file in &files {
+        let expect =
+            example_expectation(file).unwrap_or_else(|| panic!("no expectation for upstream example {file}: add one"));
+        let text = std::fs::read_to_string(dir.join(file))
+            .map_err(|source| kube_test_support::Error::Command { cmd: format!("reading {file}"), source })?;
+        let target = TestNamespace::create(&client, "dv-ex").await?;
+        let yaml = rewrite_example(&text, target.name());
+        let path = tempfile::NamedTempFile::new()
+            .map_err(|source| kube_test_support::Error::Command { cmd: "tempfile".into(), source })?;
+        std::fs::write(path.path(), &yaml)
+            .map_err(|source| kube_test_support::Error::Command { cmd: "write".into(), source })?;
+        if file == "import-kubevirt-datavolume-secret.yaml" {
+            // Its comment: "If you are using the endpoint-secret.yaml example".
+            let secret = std::fs::read_to_string(dir.join("endpoint-secret.yaml")).unwrap_or_default();
+            apply_yaml(&client, target.name(), &secret).await?;
+        }
+        if file.starts_with("clone-") {
+            // Sources live in the clone's namespace (the rewrite points `namespace:` there).
+            let src = if file == "clone-block-datavolume.yaml" {
+                "import-kubevirt-block-datavolume"
+            } else {
+                "source-datavolume"
+            };
+            let src_yaml = if src == "source-datavolume" {
+                dv_yaml(src, "    blank: {}", "storage: {resources: {requests: {storage: 8Mi}}}")
+            } else {
+                rewrite_example(
+                    &std::fs::read_to_string(dir.join("import-kubevirt-block-datavolume.yaml")).unwrap_or_default(),
+                    target.name(),
+                )
+            };
+            apply_yaml(&client, target.name(), &src_yaml).await?;
+            wait_succeeded(&Api::namespaced(client.clone(), target.name()), src).await?;
+        }
+        let out = cluster.kubectl(["apply", "-n", target.name(), "-f", &path.path().display().to_string()])?;
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        match expect {
+            Expect::Refused(msg) => {
+                assert!(!out.status.success(), "{file} was accepted");
+                assert!(stderr.contains(msg), "{file}: want {msg:?}, got {stderr}");
+            }
+            Expect::Applies => assert!(out.status.success(), "{file}: {stderr}"),
+            Expect::OtherApi(why) => eprintln!("{file}: not applied here: {why}"),
+            Expect::Succeeded(name) | Expect::UploadReady(name) => {
+                assert!(out.status.success(), "{file}: {stderr}");
+                let want = if matches!(expect, Expect::Succeeded(_)) {
+                    DataVolumePhase::Succeeded
+                } else {
+                    DataVolumePhase::UploadReady
+                };
+                waits.push((file.clone(), target.clone(), name, want));
+            }
+        }
+    }
+    for (file, target, name, want) in waits {
+        let api: Api<DataVolume> = Api::namespaced(client.clone(), target.name());
+        let dv = wait_dv(&api, name, IMPORT_TIMEOUT, |d| phase(d) == Some(want)).await?;
+        assert_eq!(phase(&dv), Some(want), "{file}");
+        target.delete().await?;
+    }
+    let cfg = cluster.kubectl(["get", "cdiconfig", "config", "-o", "jsonpath={.status.uploadProxyURL}"])?;
+    assert_eq!(
+        String::from_utf8_lossy(&cfg.stdout),
+        "www.example.com",
+        "example-cdiconfig.yaml's override shows in status"
+    );
+    apply_yaml(&client, "", "apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDIConfig\nmetadata: {name: config}\nspec:\n  insecureRegistries: [\"10.244.0.1:19500\"]\n").await?;
     ns.delete().await
 }

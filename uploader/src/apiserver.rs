@@ -1,0 +1,572 @@
+//! The token API (binary `cdi-apiserver`, Deployment and Service `cdi-api` in `cdi`): an aggregated API
+//! server for `upload.cdi.kubevirt.io/v1beta1` `uploadtokenrequests` (create only), registered by the
+//! APIService `v1beta1.upload.cdi.kubevirt.io`.
+//!
+//! ```text
+//! kube-apiserver ──mTLS (front-proxy client cert, CA + allowed names from
+//!                  kube-system/extension-apiserver-authentication)──► route
+//!   discovery: /apis, /apis/upload.cdi.kubevirt.io, /apis/upload.cdi.kubevirt.io/v1beta1
+//!   POST …/namespaces/{ns}/uploadtokenrequests ─► identity from X-Remote-* headers
+//!        ─► SubjectAccessReview (create uploadtokenrequests.upload.cdi.kubevirt.io in ns; 401 if denied)
+//!        ─► token::sign (PS256, 5 min) ─► the object echoed with status.token
+//! ```
+//!
+//! The signing key lives in Secret `cdi-api-signing-key` (`id_rsa`, `id_rsa.pub`), created on first start;
+//! the proxy reads the public half from the same Secret.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::http::{Body, ConnInfo, json as json_response};
+use crate::token;
+
+/// API group.
+pub const GROUP: &str = "upload.cdi.kubevirt.io";
+/// API version.
+pub const VERSION: &str = "v1beta1";
+/// Resource (plural).
+pub const RESOURCE: &str = "uploadtokenrequests";
+/// Kind.
+pub const KIND: &str = "UploadTokenRequest";
+/// Secret holding the signing key.
+pub const SIGNING_KEY_SECRET: &str = "cdi-api-signing-key";
+/// Largest request body accepted.
+const MAX_BODY: usize = 1 << 20;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request-header authentication configuration is unusable.
+    #[error("invalid extension-apiserver-authentication configuration: {0}")]
+    AuthConfig(String),
+    /// A Kubernetes API call failed.
+    #[error("{what}")]
+    Kube {
+        /// The call.
+        what: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// TLS material could not be built.
+    #[error("TLS setup failed")]
+    Tls(#[from] crate::tls::Error),
+    /// Key handling failed.
+    #[error("signing key")]
+    Key(#[from] token::Error),
+    /// Binding the listen address failed.
+    #[error("binding {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result alias of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Request-header authentication, as the kube-apiserver publishes it in ConfigMap
+/// `kube-system/extension-apiserver-authentication`.
+#[derive(Debug, Clone)]
+pub struct RequestHeaderConfig {
+    /// CA certificates (PEM) of the front-proxy client.
+    pub client_ca_pem: String,
+    /// Allowed client certificate common names (empty: any name signed by the CA).
+    pub allowed_names: Vec<String>,
+    /// User name headers.
+    pub username_headers: Vec<String>,
+    /// Group headers.
+    pub group_headers: Vec<String>,
+    /// Extra header prefixes.
+    pub extra_prefixes: Vec<String>,
+}
+
+impl RequestHeaderConfig {
+    /// Reads the ConfigMap's data.
+    pub fn from_configmap(data: &BTreeMap<String, String>) -> Result<Self> {
+        let list = |k: &str, default: &[&str]| -> Result<Vec<String>> {
+            match data.get(k) {
+                None => Ok(default.iter().map(|s| s.to_string()).collect()),
+                Some(v) if v.trim().is_empty() => Ok(Vec::new()),
+                Some(v) => serde_json::from_str(v).map_err(|e| Error::AuthConfig(format!("{k}: {e}"))),
+            }
+        };
+        let client_ca_pem = data
+            .get("requestheader-client-ca-file")
+            .cloned()
+            .ok_or_else(|| Error::AuthConfig(String::from("requestheader-client-ca-file is missing")))?;
+        Ok(RequestHeaderConfig {
+            client_ca_pem,
+            allowed_names: list("requestheader-allowed-names", &[])?,
+            username_headers: list("requestheader-username-headers", &["X-Remote-User"])?,
+            group_headers: list("requestheader-group-headers", &["X-Remote-Group"])?,
+            extra_prefixes: list("requestheader-extra-headers-prefix", &["X-Remote-Extra-"])?,
+        })
+    }
+
+    /// Whether a verified client certificate with common name `cn` may assert identities.
+    pub fn allows(&self, cn: Option<&str>) -> bool {
+        match cn {
+            None => false,
+            Some(cn) => self.allowed_names.is_empty() || self.allowed_names.iter().any(|n| n == cn),
+        }
+    }
+}
+
+/// The user a request is made for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Identity {
+    /// User name.
+    pub user: String,
+    /// Groups.
+    pub groups: Vec<String>,
+    /// Extra attributes (keys lower-cased and unescaped).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(s.get(i + 1..i + 3).unwrap_or(""), 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The identity asserted by the front proxy's headers (`None` without a user name).
+pub fn identity(headers: &HeaderMap, cfg: &RequestHeaderConfig) -> Option<Identity> {
+    let values = |name: &str| -> Vec<String> {
+        headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect()
+    };
+    let user = cfg.username_headers.iter().find_map(|h| values(h).into_iter().find(|v| !v.is_empty()))?;
+    let groups = cfg.group_headers.iter().flat_map(|h| values(h)).collect();
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, value) in headers {
+        for p in &cfg.extra_prefixes {
+            let p = p.to_ascii_lowercase();
+            if let Some(key) = name.as_str().strip_prefix(p.as_str())
+                && let Ok(v) = value.to_str()
+            {
+                extra.entry(unescape(key).to_ascii_lowercase()).or_default().push(v.to_owned());
+            }
+        }
+    }
+    Some(Identity { user, groups, extra })
+}
+
+/// Decides whether an identity may create upload tokens in a namespace.
+pub trait Authorizer: Send + Sync + 'static {
+    /// `Ok(true)` when allowed.
+    fn allowed(&self, who: &Identity, namespace: &str) -> impl Future<Output = Result<bool, String>> + Send;
+}
+
+/// [`Authorizer`] through SubjectAccessReviews.
+#[derive(Clone)]
+pub struct SarAuthorizer {
+    client: kube::Client,
+}
+
+impl SarAuthorizer {
+    /// Uses `client` (needs `create subjectaccessreviews`).
+    pub fn new(client: kube::Client) -> Self {
+        SarAuthorizer { client }
+    }
+}
+
+impl std::fmt::Debug for SarAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SarAuthorizer").finish_non_exhaustive()
+    }
+}
+
+impl Authorizer for SarAuthorizer {
+    async fn allowed(&self, who: &Identity, namespace: &str) -> Result<bool, String> {
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(who.user.clone()),
+                groups: Some(who.groups.clone()),
+                extra: (!who.extra.is_empty()).then(|| who.extra.clone()),
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(namespace.to_owned()),
+                    verb: Some(String::from("create")),
+                    group: Some(GROUP.to_owned()),
+                    version: Some(VERSION.to_owned()),
+                    resource: Some(RESOURCE.to_owned()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
+        let r = api.create(&Default::default(), &sar).await.map_err(|e| format!("SubjectAccessReview: {e}"))?;
+        Ok(r.status.is_some_and(|s| s.allowed))
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiRoute {
+    /// `/healthz`, `/readyz`, `/livez`.
+    Health,
+    /// `GET /apis`.
+    Apis,
+    /// `GET /apis/upload.cdi.kubevirt.io`.
+    Group,
+    /// `GET /apis/upload.cdi.kubevirt.io/v1beta1`.
+    Resources,
+    /// `POST …/namespaces/{ns}/uploadtokenrequests`.
+    Create {
+        /// The namespace.
+        namespace: String,
+    },
+    /// A known resource path with another verb.
+    MethodNotAllowed,
+    /// Anything else.
+    NotFound,
+}
+
+/// The route table.
+pub fn api_route(method: &Method, path: &str) -> ApiRoute {
+    let path = path.trim_end_matches('/');
+    let get = method == Method::GET;
+    match path {
+        "/healthz" | "/readyz" | "/livez" => return ApiRoute::Health,
+        "/apis" if get => return ApiRoute::Apis,
+        p if p == format!("/apis/{GROUP}") && get => return ApiRoute::Group,
+        p if p == format!("/apis/{GROUP}/{VERSION}") && get => return ApiRoute::Resources,
+        _ => {}
+    }
+    let prefix = format!("/apis/{GROUP}/{VERSION}/namespaces/");
+    if let Some(rest) = path.strip_prefix(&prefix)
+        && let Some((ns, res)) = rest.split_once('/')
+        && res == RESOURCE
+        && !ns.is_empty()
+    {
+        return if method == Method::POST {
+            ApiRoute::Create { namespace: ns.to_owned() }
+        } else {
+            ApiRoute::MethodNotAllowed
+        };
+    }
+    ApiRoute::NotFound
+}
+
+fn group_json() -> serde_json::Value {
+    let gv = json!({"groupVersion": format!("{GROUP}/{VERSION}"), "version": VERSION});
+    json!({"kind": "APIGroup", "apiVersion": "v1", "name": GROUP, "versions": [gv], "preferredVersion": gv})
+}
+
+fn resources_json() -> serde_json::Value {
+    json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{GROUP}/{VERSION}"),
+        "resources": [{
+            "name": RESOURCE, "singularName": "uploadtokenrequest", "namespaced": true, "kind": KIND,
+            "verbs": ["create"], "shortNames": ["utr", "utrs"]
+        }]
+    })
+}
+
+/// A `metav1.Status` failure.
+pub fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    json_response(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": message, "reason": reason, "code": code.as_u16()}),
+    )
+}
+
+/// Validates an `UploadTokenRequest` body; returns the object and the PVC name.
+pub fn parse_request(body: &[u8], namespace: &str) -> Result<(serde_json::Value, String), String> {
+    let mut obj: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    if obj.get("kind").and_then(|k| k.as_str()).is_some_and(|k| k != KIND) {
+        return Err(format!("kind must be {KIND}"));
+    }
+    let pvc = obj
+        .pointer("/spec/pvcName")
+        .and_then(|v| v.as_str())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| String::from("spec.pvcName is required"))?
+        .to_owned();
+    if let Some(ns) = obj.pointer("/metadata/namespace").and_then(|v| v.as_str())
+        && !ns.is_empty()
+        && ns != namespace
+    {
+        return Err(String::from("the namespace of the object does not match the namespace of the request"));
+    }
+    if let Some(o) = obj.as_object_mut() {
+        o.insert("apiVersion".into(), json!(format!("{GROUP}/{VERSION}")));
+        o.insert("kind".into(), json!(KIND));
+        let meta = o.entry("metadata").or_insert_with(|| json!({}));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert("namespace".into(), json!(namespace));
+            m.insert(
+                "creationTimestamp".into(),
+                json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            );
+        }
+    }
+    Ok((obj, pvc))
+}
+
+struct App<A> {
+    auth: RequestHeaderConfig,
+    authorizer: Arc<A>,
+    key: jsonwebtoken::EncodingKey,
+}
+
+async fn create<A: Authorizer>(app: &App<A>, req: Request<Incoming>, ns: &str) -> Response<Body> {
+    let Some(who) = identity(req.headers(), &app.auth) else {
+        return status(StatusCode::UNAUTHORIZED, "Unauthorized", "no user in the request headers");
+    };
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &format!("reading the body: {e}")),
+    };
+    let (mut obj, pvc) = match parse_request(&body, ns) {
+        Ok(r) => r,
+        Err(m) => return status(StatusCode::BAD_REQUEST, "BadRequest", &m),
+    };
+    match app.authorizer.allowed(&who, ns).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::info!(user = who.user, ns, "upload token denied");
+            return status(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                &format!("User {} is not allowed to create {RESOURCE}.{GROUP} in namespace {ns}", who.user),
+            );
+        }
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &e),
+    }
+    let tok = match token::sign(
+        &app.key,
+        token::UPLOAD_TOKEN_ISSUER,
+        &token::Payload::upload(ns, &pvc),
+        SystemTime::now(),
+        token::TOKEN_LIFETIME,
+    ) {
+        Ok(t) => t,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &e.to_string()),
+    };
+    if let Some(o) = obj.as_object_mut() {
+        o.insert("status".into(), json!({"token": tok}));
+    }
+    tracing::info!(user = who.user, ns, pvc, "issued upload token");
+    json_response(StatusCode::CREATED, &obj)
+}
+
+async fn handle<A: Authorizer>(app: Arc<App<A>>, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Response<Body> {
+    let route = api_route(req.method(), req.uri().path());
+    if route == ApiRoute::Health {
+        return crate::http::text(StatusCode::OK, "ok");
+    }
+    if !app.auth.allows(conn.peer_cn.as_deref()) {
+        return status(StatusCode::UNAUTHORIZED, "Unauthorized", "a front-proxy client certificate is required");
+    }
+    match route {
+        ApiRoute::Health => crate::http::text(StatusCode::OK, "ok"),
+        ApiRoute::Apis => json_response(
+            StatusCode::OK,
+            &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_json()]}),
+        ),
+        ApiRoute::Group => json_response(StatusCode::OK, &group_json()),
+        ApiRoute::Resources => json_response(StatusCode::OK, &resources_json()),
+        ApiRoute::Create { namespace } => create(&app, req, &namespace).await,
+        ApiRoute::MethodNotAllowed => {
+            status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "only create is supported")
+        }
+        ApiRoute::NotFound => {
+            status(StatusCode::NOT_FOUND, "NotFound", "the server could not find the requested resource")
+        }
+    }
+}
+
+/// Reads the request-header configuration from `kube-system/extension-apiserver-authentication`.
+pub async fn load_request_header_config(client: &kube::Client) -> Result<RequestHeaderConfig> {
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "kube-system");
+    let cm = api.get("extension-apiserver-authentication").await.map_err(|source| Error::Kube {
+        what: String::from("reading kube-system/extension-apiserver-authentication"),
+        source,
+    })?;
+    RequestHeaderConfig::from_configmap(&cm.data.unwrap_or_default())
+}
+
+/// Returns the signing key pair (private PEM, public PEM) from Secret `ns/cdi-api-signing-key`, creating it
+/// with a fresh RSA key when it does not exist.
+pub async fn ensure_signing_key(client: &kube::Client, ns: &str) -> Result<(String, String)> {
+    let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), ns);
+    let kerr = |what: &str, source| Error::Kube { what: format!("{what} Secret {ns}/{SIGNING_KEY_SECRET}"), source };
+    let read = |s: &Secret| -> Option<(String, String)> {
+        let d = s.data.as_ref()?;
+        let get = |k: &str| d.get(k).map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        Some((get("id_rsa")?, get("id_rsa.pub")?))
+    };
+    if let Some(s) = api.get_opt(SIGNING_KEY_SECRET).await.map_err(|e| kerr("reading", e))?
+        && let Some(k) = read(&s)
+    {
+        return Ok(k);
+    }
+    let (private, public) = token::generate_key_pair()?;
+    let mut s = Secret::default();
+    s.metadata.name = Some(SIGNING_KEY_SECRET.to_owned());
+    s.metadata.labels = Some([("cdi.kubevirt.io".to_owned(), "".to_owned())].into());
+    s.data = Some(
+        [
+            ("id_rsa".to_owned(), ByteString(private.clone().into_bytes())),
+            ("id_rsa.pub".to_owned(), ByteString(public.clone().into_bytes())),
+        ]
+        .into(),
+    );
+    match api.create(&Default::default(), &s).await {
+        Ok(_) => Ok((private, public)),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            // Another replica won the race: use its key.
+            let s = api.get(SIGNING_KEY_SECRET).await.map_err(|e| kerr("reading", e))?;
+            read(&s).ok_or_else(|| Error::AuthConfig(format!("Secret {SIGNING_KEY_SECRET} lacks id_rsa/id_rsa.pub")))
+        }
+        Err(e) => Err(kerr("creating", e)),
+    }
+}
+
+/// A running API server.
+#[derive(Debug)]
+pub struct Running {
+    /// The bound address.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Serves until the task ends (it does not on its own).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+
+    /// Stops serving.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// Starts serving on `listen` with a self-signed certificate for the `cdi-api` Service (the APIService sets
+/// `insecureSkipTLSVerify`), trusting `auth`'s front-proxy CA for client certificates.
+pub async fn start<A: Authorizer>(
+    listen: SocketAddr,
+    auth: RequestHeaderConfig,
+    authorizer: Arc<A>,
+    private_key_pem: &str,
+    namespace: &str,
+) -> Result<Running> {
+    let key = token::encoding_key(private_key_pem.as_bytes())?;
+    let names = ["cdi-api".to_owned(), format!("cdi-api.{namespace}"), format!("cdi-api.{namespace}.svc")];
+    let (chain, skey, _) = crate::tls::self_signed(&names)?;
+    let cas =
+        crate::tls::roots(&crate::tls::certs_from_pem(auth.client_ca_pem.as_bytes(), "requestheader-client-ca-file")?)?;
+    let tls = crate::tls::server_config(chain, skey, Some(cas))?;
+    let listener = TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen, source })?;
+    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: listen, source })?;
+    let app = Arc::new(App { auth, authorizer, key });
+    let handler = move |req, conn| handle(app.clone(), req, conn);
+    let task = tokio::spawn(crate::http::serve_tls(
+        listener,
+        tls,
+        handler,
+        std::future::pending::<()>(),
+        Duration::from_secs(5),
+    ));
+    Ok(Running { addr, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let p = format!("/apis/{GROUP}/{VERSION}/namespaces/ns1/uploadtokenrequests");
+        assert_eq!(api_route(&Method::POST, &p), ApiRoute::Create { namespace: "ns1".into() });
+        assert_eq!(api_route(&Method::GET, &p), ApiRoute::MethodNotAllowed);
+        assert_eq!(api_route(&Method::GET, "/apis"), ApiRoute::Apis);
+        assert_eq!(api_route(&Method::GET, "/apis/upload.cdi.kubevirt.io"), ApiRoute::Group);
+        assert_eq!(api_route(&Method::GET, "/apis/upload.cdi.kubevirt.io/v1beta1/"), ApiRoute::Resources);
+        assert_eq!(api_route(&Method::GET, "/healthz"), ApiRoute::Health);
+        assert_eq!(
+            api_route(&Method::POST, "/apis/upload.cdi.kubevirt.io/v1beta1/namespaces//uploadtokenrequests"),
+            ApiRoute::NotFound
+        );
+        assert_eq!(api_route(&Method::GET, "/api/v1"), ApiRoute::NotFound);
+    }
+
+    fn cfg() -> RequestHeaderConfig {
+        let data: BTreeMap<String, String> = [
+            ("requestheader-client-ca-file", "PEM"),
+            ("requestheader-allowed-names", r#"["front-proxy-client"]"#),
+            ("requestheader-username-headers", r#"["X-Remote-User"]"#),
+            ("requestheader-group-headers", r#"["X-Remote-Group"]"#),
+            ("requestheader-extra-headers-prefix", r#"["X-Remote-Extra-"]"#),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        RequestHeaderConfig::from_configmap(&data).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn request_header_identity() {
+        let c = cfg();
+        assert!(c.allows(Some("front-proxy-client")));
+        assert!(!c.allows(Some("someone-else")));
+        assert!(!c.allows(None));
+        let mut h = HeaderMap::new();
+        h.append("X-Remote-User", "alice".parse().unwrap_or_else(|_| panic!()));
+        h.append("X-Remote-Group", "dev".parse().unwrap_or_else(|_| panic!()));
+        h.append("X-Remote-Group", "system:authenticated".parse().unwrap_or_else(|_| panic!()));
+        h.append("X-Remote-Extra-Scopes%2fa", "x".parse().unwrap_or_else(|_| panic!()));
+        let id = identity(&h, &c).unwrap_or_else(|| panic!("no identity"));
+        assert_eq!(id.user, "alice");
+        assert_eq!(id.groups, vec!["dev", "system:authenticated"]);
+        assert_eq!(id.extra.get("scopes/a"), Some(&vec!["x".to_owned()]));
+        assert_eq!(identity(&HeaderMap::new(), &c), None);
+    }
+
+    #[test]
+    fn request_body_validation() {
+        let (obj, pvc) = parse_request(
+            br#"{"apiVersion":"upload.cdi.kubevirt.io/v1beta1","kind":"UploadTokenRequest","metadata":{"name":"t"},"spec":{"pvcName":"disk"}}"#,
+            "ns",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pvc, "disk");
+        assert_eq!(obj.pointer("/metadata/namespace"), Some(&json!("ns")));
+        assert!(parse_request(br#"{"spec":{}}"#, "ns").is_err());
+        assert!(parse_request(br#"{"kind":"Pod","spec":{"pvcName":"x"}}"#, "ns").is_err());
+        assert!(parse_request(br#"{"metadata":{"namespace":"other"},"spec":{"pvcName":"x"}}"#, "ns").is_err());
+        assert!(parse_request(b"nope", "ns").is_err());
+    }
+}

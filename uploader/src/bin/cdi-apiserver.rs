@@ -1,0 +1,46 @@
+//! `cdi-apiserver`: the aggregated API server for `upload.cdi.kubevirt.io/v1beta1` `uploadtokenrequests`.
+//! Environment: `CDI_NAMESPACE` (default `cdi`: where the signing-key Secret lives), `APISERVER_LISTEN`
+//! (default `0.0.0.0:8443`). Uses the in-cluster Kubernetes configuration (or `KUBECONFIG`).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("APISERVER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: tokio runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let r: anyhow::Result<()> = rt.block_on(async {
+        let ns = std::env::var("CDI_NAMESPACE").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cdi".into());
+        let listen = std::env::var("APISERVER_LISTEN").unwrap_or_else(|_| "0.0.0.0:8443".into());
+        let listen = listen.parse().map_err(|e| anyhow::anyhow!("invalid APISERVER_LISTEN {listen:?}: {e}"))?;
+        let client = kube::Client::try_default().await?;
+        let auth = uploader::apiserver::load_request_header_config(&client).await?;
+        let (private, _public) = uploader::apiserver::ensure_signing_key(&client, &ns).await?;
+        let authz = Arc::new(uploader::apiserver::SarAuthorizer::new(client));
+        let running = uploader::apiserver::start(listen, auth, authz, &private, &ns).await?;
+        tracing::info!(addr = %running.addr, "cdi-apiserver listening");
+        tokio::select! {
+            () = running.wait() => {}
+            () = uploader::http::terminated() => tracing::info!("terminated"),
+        }
+        Ok(())
+    });
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
