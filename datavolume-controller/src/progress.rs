@@ -18,7 +18,9 @@ pub fn parse(text: &str, owner_uid: &str) -> Option<String> {
         let rest = PROGRESS_METRICS.iter().find_map(|m| line.strip_prefix(m))?;
         let value = rest.strip_prefix(&label)?;
         let v: f64 = value.split_whitespace().next()?.parse().ok()?;
-        (v.is_finite() && (0.0..=100.0).contains(&v)).then(|| format!("{v:.2}%"))
+        // Like upstream's populator, hold back values starting with 100 until the worker is done: the
+        // controller itself reports `100.0%` on success.
+        (v.is_finite() && (0.0..100.0).contains(&v)).then(|| format!("{v:.2}%"))
     })
 }
 
@@ -45,5 +47,6 @@ mod tests {
         let extra_label = "kubevirt_cdi_import_progress_total{ownerUID=\"u1\",x=\"y\"} 3\n";
         assert_eq!(parse(extra_label, "u1"), None);
         assert_eq!(parse("kubevirt_cdi_import_progress_total{ownerUID=\"u1\"} NaN\n", "u1"), None);
+        assert_eq!(parse("kubevirt_cdi_import_progress_total{ownerUID=\"u1\"} 100\n", "u1"), None);
     }
 }

@@ -467,13 +467,20 @@ async fn handle<C: Cluster>(app: Arc<App<C>>, req: Request<Incoming>, _conn: Arc
         return r;
     }
     let path = req.uri().path().to_owned();
-    let r = if path == "/healthz" {
+    // Whether the client is (still) sending a body that a refusal will leave unread.
+    let body_pending = !hyper::body::Body::is_end_stream(req.body());
+    let mut r = if path == "/healthz" {
         text(StatusCode::OK, "OK")
     } else if PROXY_PATHS.contains(&path.as_str()) {
         handle_upload(app, req).await
     } else {
         empty(StatusCode::NOT_FOUND)
     };
+    // A refusal leaves the body unread, so the connection is closed after the response: say so (as Go's server
+    // does), or the client may reuse it for its next request and lose that one to the close.
+    if body_pending && !r.status().is_success() {
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     with_cors(r, origin)
 }
 

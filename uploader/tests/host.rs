@@ -506,13 +506,16 @@ async fn early_refusals_of_large_bodies_reach_the_client() {
     let proxy = ok(uploader::proxy::start(cfg, cluster).await);
     let url = format!("https://127.0.0.1:{}/v1beta1/upload", proxy.addr.port());
     let body = bytes::Bytes::from(vec![7u8; 8 << 20]);
-    for i in 0..10 {
-        // A fresh connection each time, as a client that was refused would make.
-        let http = ok(reqwest::Client::builder().danger_accept_invalid_certs(true).build());
+    // One client (connection pool) for all: a refused connection must not be offered for reuse either
+    // (`Connection: close`), or the next request races the server's close ("connection closed before message
+    // completed").
+    let http = ok(reqwest::Client::builder().danger_accept_invalid_certs(true).build());
+    for i in 0..20 {
         let auth = if i % 2 == 0 { "Basic abc" } else { "Bearer not.a.jwt" };
         let r = http.post(&url).header("Authorization", auth).body(body.clone()).send().await;
         let r = r.unwrap_or_else(|e| panic!("attempt {i}: {e:?}"));
         assert_eq!(r.status(), if i % 2 == 0 { 400 } else { 401 }, "attempt {i}");
+        assert_eq!(r.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"), "attempt {i}");
     }
     proxy.abort();
 }
