@@ -227,6 +227,48 @@ fn metrics_port() -> ContainerPort {
     }
 }
 
+/// The container fields every worker shares: image and pull policy, command, env, the `metrics`/worker port,
+/// resources, CDI's restricted security context, the termination-message policy, mounts and devices.
+fn worker_container(
+    name: &str,
+    image: &str,
+    command: Vec<String>,
+    cfg: &WorkerConfig,
+    envs: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+    device: Option<VolumeDevice>,
+) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(image.into()),
+        image_pull_policy: Some(cfg.pull_policy.clone()),
+        command: Some(command),
+        env: Some(envs),
+        ports: Some(vec![metrics_port()]),
+        resources: Some(cfg.resources.clone()),
+        security_context: Some(container_security()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
+        volume_devices: device.map(|d| vec![d]),
+        ..Default::default()
+    }
+}
+
+/// Readiness probe: HTTPS GET `/healthz` on the worker port.
+fn healthz_probe(initial_delay: Option<i32>, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::Int(consts::WORKER_PORT),
+            scheme: Some("HTTPS".into()),
+            ..Default::default()
+        }),
+        initial_delay_seconds: initial_delay,
+        period_seconds: Some(period),
+        ..Default::default()
+    }
+}
+
 /// `OWNER_UID`: the UID of the PVC's sole owner (the DV), else the PVC's own UID.
 pub fn owner_uid(pvc: &PersistentVolumeClaim) -> String {
     match pvc.owner_references() {
@@ -342,21 +384,9 @@ pub fn importer_pod(pvc: &PersistentVolumeClaim, cfg: &WorkerConfig, opts: &Impo
         volumes.push(v);
         mounts.push(m);
     }
-    let container = Container {
-        name: "importer".into(),
-        image: Some(cfg.importer_image.clone()),
-        image_pull_policy: Some(cfg.pull_policy.clone()),
-        command: Some(vec!["importer".into()]),
-        args: Some(vec![format!("-v={}", cfg.verbosity)]),
-        env: Some(envs),
-        ports: Some(vec![metrics_port()]),
-        resources: Some(cfg.resources.clone()),
-        security_context: Some(container_security()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_mounts: (!mounts.is_empty()).then_some(mounts),
-        volume_devices: device.map(|d| vec![d]),
-        ..Default::default()
-    };
+    let mut container =
+        worker_container("importer", &cfg.importer_image, vec!["importer".into()], cfg, envs, mounts, device);
+    container.args = Some(vec![format!("-v={}", cfg.verbosity)]);
     worker_pod(pvc, cfg, naming::importer_pod(&name), "importer", container, volumes)
 }
 
@@ -477,32 +507,17 @@ pub fn upload_pod(pvc: &PersistentVolumeClaim, cfg: &WorkerConfig, overhead: f64
         read_only: Some(true),
         ..Default::default()
     });
-    let container = Container {
-        name: "cdi-upload-server".into(),
-        image: Some(cfg.uploadserver_image.clone()),
-        image_pull_policy: Some(cfg.pull_policy.clone()),
-        command: Some(vec!["uploadserver".into()]),
-        args: Some(vec![format!("-v={}", cfg.verbosity)]),
-        env: Some(envs),
-        ports: Some(vec![metrics_port()]),
-        resources: Some(cfg.resources.clone()),
-        security_context: Some(container_security()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
-                port: IntOrString::Int(consts::WORKER_PORT),
-                scheme: Some("HTTPS".into()),
-                ..Default::default()
-            }),
-            initial_delay_seconds: Some(2),
-            period_seconds: Some(5),
-            ..Default::default()
-        }),
-        volume_mounts: Some(mounts),
-        volume_devices: device.map(|d| vec![d]),
-        ..Default::default()
-    };
+    let mut container = worker_container(
+        "cdi-upload-server",
+        &cfg.uploadserver_image,
+        vec!["uploadserver".into()],
+        cfg,
+        envs,
+        mounts,
+        device,
+    );
+    container.args = Some(vec![format!("-v={}", cfg.verbosity)]);
+    container.readiness_probe = Some(healthz_probe(Some(2), 5));
     let mut pod = worker_pod(pvc, cfg, server.clone(), "cdi-upload-server", container, vec![data, scratch, tls]);
     if let Some(l) = pod.metadata.labels.as_mut() {
         l.insert(label::UPLOAD_SERVER.into(), server);
@@ -568,39 +583,26 @@ pub fn clone_source_pod(
         ..Default::default()
     });
     let path = if block { consts::BLOCK_DEVICE.to_owned() } else { format!("{}/disk.img", consts::DATA_DIR) };
-    let container = Container {
-        name: "cdi-clone-source".into(),
-        image: Some(cfg.cloner_image.clone()),
-        image_pull_policy: Some(cfg.pull_policy.clone()),
-        command: Some(vec!["importer".into(), "serve".into()]),
-        env: Some(vec![
+    let mut container = worker_container(
+        "cdi-clone-source",
+        &cfg.cloner_image,
+        vec!["importer".into(), "serve".into()],
+        cfg,
+        vec![
             env("SERVE_PATH", path),
             env("SERVE_TOKEN_FILE", format!("/clone-token/{CLONE_TOKEN_KEY}")),
             env("OWNER_UID", owner_uid(target)),
-        ]),
-        ports: Some(vec![ContainerPort {
-            name: Some("clone".into()),
-            container_port: consts::WORKER_PORT,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
-                port: IntOrString::Int(consts::WORKER_PORT),
-                scheme: Some("HTTPS".into()),
-                ..Default::default()
-            }),
-            period_seconds: Some(2),
-            ..Default::default()
-        }),
-        resources: Some(cfg.resources.clone()),
-        security_context: Some(container_security()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_mounts: Some(mounts),
-        volume_devices: device.map(|d| vec![d]),
+        ],
+        mounts,
+        device,
+    );
+    container.ports = Some(vec![ContainerPort {
+        name: Some("clone".into()),
+        container_port: consts::WORKER_PORT,
+        protocol: Some("TCP".into()),
         ..Default::default()
-    };
+    }]);
+    container.readiness_probe = Some(healthz_probe(None, 2));
     let target_uid = target.uid().unwrap_or_default();
     let mut pod = worker_pod(
         source,
