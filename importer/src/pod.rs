@@ -112,6 +112,28 @@ pub enum ConfigError {
     },
 }
 
+/// `FILESYSTEM_OVERHEAD` as CDI's workers read it: absent means 0, else a fraction in [0, 1). The error is the
+/// detail for the caller's "invalid variable" message.
+pub fn parse_overhead(value: Option<&str>) -> Result<f64, String> {
+    match value {
+        None => Ok(0.0),
+        Some(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|o| (0.0..1.0).contains(o))
+            .ok_or_else(|| format!("{v:?} (a fraction in [0, 1))")),
+    }
+}
+
+/// `PREALLOCATION` as CDI's workers read it: absent means false, else `true` or `false`. The error is the detail
+/// for the caller's "invalid variable" message.
+pub fn parse_preallocation(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        None => Ok(false),
+        Some(v) => v.parse::<bool>().map_err(|_| format!("{v:?} (true or false)")),
+    }
+}
+
 fn invalid(name: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { name, message: message.into() }
 }
@@ -160,18 +182,10 @@ impl PodConfig {
         let image_size = get("IMPORTER_IMAGE_SIZE")
             .map(|q| parse_quantity(&q).map_err(|e| invalid("IMPORTER_IMAGE_SIZE", e)))
             .transpose()?;
-        let overhead = match get("FILESYSTEM_OVERHEAD") {
-            None => 0.0,
-            Some(v) => v
-                .parse::<f64>()
-                .ok()
-                .filter(|o| (0.0..1.0).contains(o))
-                .ok_or_else(|| invalid("FILESYSTEM_OVERHEAD", format!("{v:?} (a fraction in [0, 1))")))?,
-        };
-        let preallocation = match get("PREALLOCATION").as_deref() {
-            None => false,
-            Some(v) => v.parse::<bool>().map_err(|_| invalid("PREALLOCATION", format!("{v:?} (true or false)")))?,
-        };
+        let overhead =
+            parse_overhead(get("FILESYSTEM_OVERHEAD").as_deref()).map_err(|e| invalid("FILESYSTEM_OVERHEAD", e))?;
+        let preallocation =
+            parse_preallocation(get("PREALLOCATION").as_deref()).map_err(|e| invalid("PREALLOCATION", e))?;
         let checksum = get("IMPORTER_CHECKSUM")
             .map(|c| c.parse::<ExpectedChecksum>().map_err(|e| invalid("IMPORTER_CHECKSUM", e)))
             .transpose()?;

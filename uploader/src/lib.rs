@@ -18,6 +18,7 @@
 //! * [`http`]: small HTTP helpers shared by the three servers.
 
 pub mod apiserver;
+pub mod cli;
 pub mod http;
 pub mod proxy;
 pub mod server;

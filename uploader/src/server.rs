@@ -127,18 +127,10 @@ impl Config {
         let image_size = get("UPLOAD_IMAGE_SIZE")
             .map(|q| importer::size::parse_quantity(&q).map_err(|e| invalid("UPLOAD_IMAGE_SIZE", e)))
             .transpose()?;
-        let overhead = match get("FILESYSTEM_OVERHEAD") {
-            None => 0.0,
-            Some(v) => v
-                .parse::<f64>()
-                .ok()
-                .filter(|o| (0.0..1.0).contains(o))
-                .ok_or_else(|| invalid("FILESYSTEM_OVERHEAD", format!("{v:?} (a fraction in [0, 1))")))?,
-        };
-        let preallocation = match get("PREALLOCATION") {
-            None => false,
-            Some(v) => v.parse::<bool>().map_err(|_| invalid("PREALLOCATION", format!("{v:?} (true or false)")))?,
-        };
+        let overhead = importer::pod::parse_overhead(get("FILESYSTEM_OVERHEAD").as_deref())
+            .map_err(|e| invalid("FILESYSTEM_OVERHEAD", e))?;
+        let preallocation = importer::pod::parse_preallocation(get("PREALLOCATION").as_deref())
+            .map_err(|e| invalid("PREALLOCATION", e))?;
         let deadline = get("DEADLINE")
             .map(|d| {
                 chrono::DateTime::parse_from_rfc3339(&d)

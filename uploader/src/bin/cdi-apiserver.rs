@@ -6,21 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("APISERVER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: tokio runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let r: anyhow::Result<()> = rt.block_on(async {
+    uploader::cli::init_logging("APISERVER_LOG");
+    uploader::cli::run(async {
         let ns = std::env::var("CDI_NAMESPACE").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cdi".into());
         let listen = std::env::var("APISERVER_LISTEN").unwrap_or_else(|_| "0.0.0.0:8443".into());
         let listen = listen.parse().map_err(|e| anyhow::anyhow!("invalid APISERVER_LISTEN {listen:?}: {e}"))?;
@@ -35,12 +22,5 @@ fn main() -> ExitCode {
             () = uploader::http::terminated() => tracing::info!("terminated"),
         }
         Ok(())
-    });
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    })
 }

@@ -7,21 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("UPLOADPROXY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: tokio runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let r: anyhow::Result<()> = rt.block_on(async {
+    uploader::cli::init_logging("UPLOADPROXY_LOG");
+    uploader::cli::run(async {
         let cfg = uploader::proxy::Config::from_env(&std::env::vars().collect())?;
         let client = kube::Client::try_default().await?;
         let running = uploader::proxy::start(cfg, Arc::new(uploader::proxy::KubeCluster::new(client))).await?;
@@ -31,12 +18,5 @@ fn main() -> ExitCode {
             () = uploader::http::terminated() => tracing::info!("terminated"),
         }
         Ok(())
-    });
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    })
 }

@@ -11,13 +11,7 @@ fn write_termination(path: &std::path::Path, msg: &str) {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("UPLOADSERVER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    uploader::cli::init_logging("UPLOADSERVER_LOG");
     let env = std::env::vars().collect();
     let cfg = match uploader::server::Config::from_env(&env) {
         Ok(c) => c,
