@@ -177,40 +177,52 @@ fn pvc_api(ctx: &Context, ns: &str) -> Api<PersistentVolumeClaim> {
 }
 
 async fn apply_outcome(ctx: &Context, pvc: &PersistentVolumeClaim, pod: &Pod, out: Outcome) -> Result<()> {
-    let ns = pvc.namespace().unwrap_or_default();
-    let name = pvc.name_any();
-    if !out.annotations.is_empty() || !out.labels.is_empty() {
-        let mut meta = serde_json::json!({ "annotations": out.annotations });
-        if !out.labels.is_empty() {
-            meta["labels"] = serde_json::to_value(&out.labels)?;
-        }
-        pvc_api(ctx, &ns)
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({ "metadata": meta })))
-            .await
-            .map_err(error::kube(format!("annotating PVC {ns}/{name}")))?;
-    }
+    patch_metadata(ctx, pvc, out.annotations, &out.labels).await?;
     if out.delete_pod {
-        delete_pod(ctx, &ns, &pod.name_any()).await?;
+        delete_pod(ctx, &pvc.namespace().unwrap_or_default(), &pod.name_any()).await?;
     }
     Ok(())
 }
 
 async fn annotate(ctx: &Context, pvc: &PersistentVolumeClaim, changes: AnnotationChanges) -> Result<()> {
+    patch_metadata(ctx, pvc, changes, &BTreeMap::new()).await
+}
+
+/// Merge-patches the PVC's annotations (changes already in place are dropped) and adds `labels`; no request
+/// when nothing changes.
+async fn patch_metadata(
+    ctx: &Context,
+    pvc: &PersistentVolumeClaim,
+    changes: AnnotationChanges,
+    labels: &BTreeMap<String, String>,
+) -> Result<()> {
     let old = pvc.annotations();
     let changes: AnnotationChanges = changes.into_iter().filter(|(k, v)| old.get(k) != v.as_ref()).collect();
-    if changes.is_empty() {
+    if changes.is_empty() && labels.is_empty() {
         return Ok(());
+    }
+    let mut meta = serde_json::json!({ "annotations": changes });
+    if !labels.is_empty() {
+        meta["labels"] = serde_json::to_value(labels)?;
     }
     let ns = pvc.namespace().unwrap_or_default();
     let name = pvc.name_any();
     pvc_api(ctx, &ns)
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({ "metadata": { "annotations": changes } })),
-        )
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({ "metadata": meta })))
         .await
         .map_err(error::kube(format!("annotating PVC {ns}/{name}")))?;
+    Ok(())
+}
+
+/// Creates `secret` in `ns`, or replaces the one an earlier attempt left (fresh certificate or token).
+async fn create_or_replace_secret(ctx: &Context, ns: &str, secret: &Secret) -> Result<()> {
+    if create(ctx, ns, secret).await?.is_none() {
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+        secrets
+            .replace(&secret.name_any(), &PostParams::default(), secret)
+            .await
+            .map_err(error::kube(format!("replacing Secret {ns}/{}", secret.name_any())))?;
+    }
     Ok(())
 }
 
@@ -382,13 +394,7 @@ async fn upload(ctx: &Context, pvc: &PersistentVolumeClaim) -> Result<Action> {
                 Some(&ctx.pki.client_ca.cert_pem),
             );
             secret.metadata.owner_references = pvc.controller_owner_ref(&()).map(|o| vec![o]);
-            if create(ctx, &ns, &secret).await?.is_none() {
-                let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-                secrets
-                    .replace(&secret.name_any(), &PostParams::default(), &secret)
-                    .await
-                    .map_err(error::kube(format!("replacing Secret {ns}/{server}")))?;
-            }
+            create_or_replace_secret(ctx, &ns, &secret).await?;
             let svc: Service = worker::upload_service(pvc);
             create(ctx, &ns, &svc).await?;
             let want = worker::upload_pod(pvc, &cfg, overhead, &leaf.not_after);
@@ -459,13 +465,7 @@ async fn clone(ctx: &Context, pvc: &PersistentVolumeClaim, src_ns: &str, src_nam
                     format!("Authorization: Bearer {token}"),
                     pvc.controller_owner_ref(&()).map(|o| vec![o]),
                 );
-                if create(ctx, &ns, &header).await?.is_none() {
-                    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-                    secrets
-                        .replace(&header.name_any(), &PostParams::default(), &header)
-                        .await
-                        .map_err(error::kube(format!("replacing Secret {ns}/{}", header.name_any())))?;
-                }
+                create_or_replace_secret(ctx, &ns, &header).await?;
                 let mut changes = AnnotationChanges::new();
                 changes.insert(ann::SOURCE_CLONE_POD_NAME.into(), Some(src_pod_name.clone()));
                 changes.insert(ann::CLONE_TYPE.into(), Some("copy".into()));
