@@ -196,8 +196,12 @@ async fn failures_are_reported_as_cdi_does() -> Result<()> {
     let running = cond(&dv, ConditionType::Running).unwrap_or_else(|| panic!("no Running"));
     assert_eq!(running.reason.as_deref(), Some("ChecksumError"));
     assert!(running.message.unwrap_or_default().contains("checksum mismatch"));
-    let events = events_of(&client, ns.name(), "badsum").await;
-    assert!(events.iter().any(|(r, _)| r == "ImportFailed"), "{events:?}");
+    // The event is recorded right after the status update that the wait above saw: poll for it.
+    let seen = poll_until("ImportFailed event", Duration::from_secs(30), || async {
+        events_of(&client, ns.name(), "badsum").await.iter().any(|(r, _)| r == "ImportFailed").then_some(())
+    })
+    .await;
+    assert!(seen.is_ok(), "{:?}", events_of(&client, ns.name(), "badsum").await);
 
     // Too small: CDI's simplified message.
     let dv = wait_dv(&api, "small", IMPORT_TIMEOUT, |d| {
