@@ -5,8 +5,8 @@
 #
 # Builds the release importer, makes a 2 GiB raw disk (1 GiB data: half pseudo-random, half compressible
 # text; 1 GiB holes) and from it a qcow2, a zlib-compressed qcow2, raw.xz and raw.zst. Serves them with nginx
-# on loopback. Each case runs 3 times, warm page cache; the median wall time counts. Peak RSS from
-# /usr/bin/time. Cases and targets:
+# on loopback. Each case runs BENCH_REPS (default 5) interleaved rounds (ours and its anchors take turns),
+# warm page cache; the median wall time counts. Peak RSS from /usr/bin/time. Cases and targets:
 #   qcow2 local            ours vs `qemu-img convert -O raw`                       target <= 1.0
 #   qcow2 over HTTP        ours vs CDI's pipeline (curl -o scratch; qemu-img)      target <= 0.5
 #   zlib qcow2 local       ours vs `qemu-img convert -O raw`                       target <= 0.6
@@ -61,61 +61,68 @@ trap 'nginx -s quit -c "$W/nginx/nginx.conf" 2>/dev/null || true; rm -f "$W"/out
 URL=http://127.0.0.1:$PORT
 
 # ---- measurement helpers ----
-rm -f "$W/rss"
-# run NAME CMD...: 3 runs, prints the median seconds; records peak RSS of our runs
-run() {
-  local name=$1; shift
-  local times=()
-  for _ in 1 2 3; do
-    rm -f "$W/out.raw" "$W/scratch.img"; sync
-    /usr/bin/time -f '%e %M' -o "$W/time" bash -c "$*" >/dev/null 2>"$W/err" || { cat "$W/err" >&2; echo "FAILED: $name" >&2; exit 1; }
-    read -r t rss <"$W/time"
-    times+=("$t")
-    case "$name" in ours*) echo "$rss" >>"$W/rss" ;; esac
+REPS=${BENCH_REPS:-5}
+rm -f "$W/rss" "$W"/t.*
+# measure NAME CMD [NAME CMD]...: REPS rounds; each round runs every command once, in turn, so slow phases of
+# this shared machine hit ours and the anchors alike. Records each run's seconds in $W/t.NAME and the peak RSS
+# of our runs (names starting with "ours").
+measure() {
+  local args=("$@") i name
+  for _ in $(seq "$REPS"); do
+    for ((i = 0; i < ${#args[@]}; i += 2)); do
+      name=${args[i]}
+      rm -f "$W/out.raw" "$W/scratch.img"; sync
+      /usr/bin/time -f '%e %M' -o "$W/time" bash -c "${args[i + 1]}" >/dev/null 2>"$W/err" \
+        || { cat "$W/err" >&2; echo "FAILED: $name" >&2; exit 1; }
+      read -r t rss <"$W/time"
+      echo "$t" >>"$W/t.$name"
+      case "$name" in ours*) echo "$rss" >>"$W/rss" ;; esac
+    done
   done
-  printf '%s\n' "${times[@]}" | sort -n | sed -n 2p
 }
+# median NAME: the median seconds of NAME's runs.
+median() { sort -n "$W/t.$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 verdict() { awk -v r="$1" -v t="$2" 'BEGIN { print (t == "" ? "" : (r <= t ? "ok" : "MISSED")) }'; }
 ROWS=()
 row() { ROWS+=("$(printf '%-20s %8ss %8ss %6s  %-6s %s' "$1" "$2" "$3" "$(ratio "$2" "$3")" "${4:-}" "$(verdict "$(ratio "$2" "$3")" "${4:-}")")"); }
 
-echo "measuring (3 runs each, median) ..."
-o=$(run ours-qcow2 "$IMP import $W/www/disk.qcow2 $W/out.raw --no-progress")
-q=$(run qemu-qcow2 "qemu-img convert -O raw $W/www/disk.qcow2 $W/out.raw")
-row "qcow2 local" "$o" "$q" 1.0
+echo "measuring ($REPS interleaved rounds, medians) ..."
+measure ours-qcow2 "$IMP import $W/www/disk.qcow2 $W/out.raw --no-progress" \
+  qemu-qcow2 "qemu-img convert -O raw $W/www/disk.qcow2 $W/out.raw" \
+  qemu-qcow2-sync "qemu-img convert -O raw $W/www/disk.qcow2 $W/out.raw && sync $W/out.raw"
+row "qcow2 local" "$(median ours-qcow2)" "$(median qemu-qcow2)" 1.0
 # We fsync before reporting success (as CDI does after its convert); qemu-img convert alone leaves the data in the
 # page cache. Same work, same durability:
-qs=$(run qemu-qcow2-sync "qemu-img convert -O raw $W/www/disk.qcow2 $W/out.raw && sync $W/out.raw")
-row "qcow2 local vs +sync" "$o" "$qs" 1.0
+row "qcow2 local vs +sync" "$(median ours-qcow2)" "$(median qemu-qcow2-sync)" 1.0
 $IMP import "$W/www/disk.qcow2" "$W/out.ours" --no-progress >/dev/null
 qemu-img convert -O raw "$W/www/disk.qcow2" "$W/out.qemu"
 ALLOC_OURS=$(( $(stat -c %b "$W/out.ours") * 512 )); ALLOC_QEMU=$(( $(stat -c %b "$W/out.qemu") * 512 ))
 cmp "$W/out.ours" "$W/out.qemu"
 rm -f "$W/out.ours" "$W/out.qemu"
 
-o=$(run ours-http "$IMP import $URL/disk.qcow2 $W/out.raw --no-progress")
-c=$(run cdi-http "curl -fsS -o $W/scratch.img $URL/disk.qcow2 && qemu-img convert -O raw $W/scratch.img $W/out.raw")
-row "qcow2 over HTTP" "$o" "$c" 0.5
 SUM=$(sha256sum "$W/www/disk.qcow2" | cut -d' ' -f1)
-s=$(run ours-sha "$IMP import $URL/disk.qcow2 $W/out.raw --no-progress --checksum sha256:$SUM")
-row "sha256 overhead" "$s" "$o"
+measure ours-http "$IMP import $URL/disk.qcow2 $W/out.raw --no-progress" \
+  cdi-http "curl -fsS -o $W/scratch.img $URL/disk.qcow2 && qemu-img convert -O raw $W/scratch.img $W/out.raw" \
+  ours-sha "$IMP import $URL/disk.qcow2 $W/out.raw --no-progress --checksum sha256:$SUM"
+row "qcow2 over HTTP" "$(median ours-http)" "$(median cdi-http)" 0.5
+row "sha256 overhead" "$(median ours-sha)" "$(median ours-http)"
 
-o=$(run ours-zlib "$IMP import $W/www/disk-zlib.qcow2 $W/out.raw --no-progress")
-q=$(run qemu-zlib "qemu-img convert -O raw $W/www/disk-zlib.qcow2 $W/out.raw")
-row "zlib qcow2 local" "$o" "$q" 0.6
-qs=$(run qemu-zlib-sync "qemu-img convert -O raw $W/www/disk-zlib.qcow2 $W/out.raw && sync $W/out.raw")
-row "zlib local vs +sync" "$o" "$qs" 0.6
+measure ours-zlib "$IMP import $W/www/disk-zlib.qcow2 $W/out.raw --no-progress" \
+  qemu-zlib "qemu-img convert -O raw $W/www/disk-zlib.qcow2 $W/out.raw" \
+  qemu-zlib-sync "qemu-img convert -O raw $W/www/disk-zlib.qcow2 $W/out.raw && sync $W/out.raw"
+row "zlib qcow2 local" "$(median ours-zlib)" "$(median qemu-zlib)" 0.6
+row "zlib local vs +sync" "$(median ours-zlib)" "$(median qemu-zlib-sync)" 0.6
 
-o=$(run ours-xz "$IMP import $URL/disk.raw.xz $W/out.raw --no-progress")
-c=$(run curl-xz "curl -fsS $URL/disk.raw.xz | xz -d -T2 > $W/out.raw")
-row "raw.xz over HTTP" "$o" "$c"
-o=$(run ours-zst "$IMP import $URL/disk.raw.zst $W/out.raw --no-progress")
-c=$(run curl-zst "curl -fsS $URL/disk.raw.zst | zstd -q -d > $W/out.raw")
-row "raw.zst over HTTP" "$o" "$c"
-o=$(run ours-raw "$IMP import $URL/disk.raw $W/out.raw --no-progress")
-c=$(run curl-raw "curl -fsS -o $W/out.raw $URL/disk.raw")
-row "raw over HTTP" "$o" "$c" 1.1
+measure ours-xz "$IMP import $URL/disk.raw.xz $W/out.raw --no-progress" \
+  curl-xz "curl -fsS $URL/disk.raw.xz | xz -d -T2 > $W/out.raw"
+row "raw.xz over HTTP" "$(median ours-xz)" "$(median curl-xz)"
+measure ours-zst "$IMP import $URL/disk.raw.zst $W/out.raw --no-progress" \
+  curl-zst "curl -fsS $URL/disk.raw.zst | zstd -q -d > $W/out.raw"
+row "raw.zst over HTTP" "$(median ours-zst)" "$(median curl-zst)"
+measure ours-raw "$IMP import $URL/disk.raw $W/out.raw --no-progress" \
+  curl-raw "curl -fsS -o $W/out.raw $URL/disk.raw"
+row "raw over HTTP" "$(median ours-raw)" "$(median curl-raw)" 1.1
 
 echo
 printf '%-20s %9s %9s %6s  %-6s\n' case ours anchor ratio target

@@ -9,7 +9,7 @@
 //!                              │
 //!        Stream │ Qcow2 { Random | Spill } │ QemuImg { LocalFile | Spool }
 //!                              │
-//!                          sink::Sink (file: holes; block: zeroing) ─► fsync
+//!          sink::Sink (writer thread; O_DIRECT blocks; file: holes; block: zeroing) ─► fsync
 //! ```
 //!
 //! Entry points: [`pipeline::import`] and [`info::info`]; [`serve::serve`] is the source side of a host-assisted

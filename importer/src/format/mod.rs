@@ -25,22 +25,29 @@ pub enum FormatError {
     Invalid(String),
 }
 
-/// Copies a raw stream into the sink. Fails as soon as data would land at or beyond `limit`.
-/// Returns the image size (bytes read).
+/// Copies a raw stream into the sink, read straight into the sink's buffers. Fails as soon as data would
+/// land at or beyond `limit`. Returns the image size (bytes read).
 pub fn copy_raw(stream: &mut dyn Read, sink: &mut dyn Sink, limit: Option<u64>) -> Result<u64> {
-    let mut buf = vec![0u8; 1 << 20];
+    const CHUNK: u64 = 2 << 20;
     let mut pos = 0u64;
     loop {
-        let n = read_full(stream, &mut buf).map_err(|e| crate::pipeline::untag(e, pos))?;
+        let max = match limit {
+            Some(l) if pos >= l => {
+                // The target is full: the image must end here.
+                let mut probe = [0u8; 1];
+                let more = read_full(stream, &mut probe).map_err(|e| crate::pipeline::untag(e, pos))?;
+                return if more == 0 { Ok(pos) } else { Err(Error::DataBeyondTarget { limit: l, offset: l }) };
+            }
+            Some(l) => (l - pos).min(CHUNK),
+            None => CHUNK,
+        };
+        let at = pos;
+        let n = sink.write_with(pos, max as usize, &mut |buf| {
+            read_full(stream, buf).map_err(|e| crate::pipeline::untag(e, at))
+        })?;
         if n == 0 {
             return Ok(pos);
         }
-        if let Some(l) = limit
-            && pos + n as u64 > l
-        {
-            return Err(Error::DataBeyondTarget { limit: l, offset: pos.max(l) });
-        }
-        sink.write_at(pos, &buf[..n])?;
         pos += n as u64;
     }
 }

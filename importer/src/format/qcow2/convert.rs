@@ -40,7 +40,7 @@ const BATCH_BYTES: u64 = 4 << 20;
 /// Decode batches in flight on the thread pool while the stream is read on.
 const MAX_INFLIGHT: usize = 2;
 
-type Decoded = Vec<(u64, std::result::Result<Vec<u8>, Qcow2Error>)>;
+type Decoded = Vec<(u64, Vec<u8>, std::result::Result<(), Qcow2Error>)>;
 
 /// Where bytes that already streamed past come from.
 pub enum Refetch {
@@ -109,6 +109,9 @@ struct Converter<'a> {
     batch: Vec<(u64, u64, Vec<u8>)>, // (guest, host offset, compressed bytes)
     batch_bytes: u64,
     inflight: std::collections::VecDeque<std::sync::mpsc::Receiver<Decoded>>,
+    /// Cluster-sized output buffers whose decoded data was written, reused by later batches (fresh
+    /// allocations cost page faults and zeroing on every batch).
+    spare_out: Vec<Vec<u8>>,
     zero_run: Option<(u64, u64)>,
     stats: ConvertStats,
 }
@@ -144,6 +147,7 @@ pub fn convert(
         batch: Vec::new(),
         batch_bytes: 0,
         inflight: std::collections::VecDeque::new(),
+        spare_out: Vec::new(),
         zero_run: None,
         stats: ConvertStats::default(),
         h: header,
@@ -186,6 +190,21 @@ impl Converter<'_> {
             if !read_all && self.nothing_left() {
                 break;
             }
+            if let Some((guest, max)) = self.direct_run(pos) {
+                // Fast path: the next bytes are one data run's and nothing else's; read them straight into
+                // the sink's buffer (one copy less than going through `chunk`).
+                let n = self.sink.write_with(guest, max, &mut |buf| {
+                    crate::format::read_full(stream, buf).map_err(|e| crate::pipeline::untag(e, pos))
+                })?;
+                if n == 0 {
+                    break;
+                }
+                self.advance_direct(n as u64)?;
+                pos += n as u64;
+                self.horizon = pos;
+                self.stats.stream_bytes = pos;
+                continue;
+            }
             let n = crate::format::read_full(stream, &mut chunk).map_err(|e| crate::pipeline::untag(e, pos))?;
             if n == 0 {
                 break;
@@ -199,6 +218,44 @@ impl Converter<'_> {
         self.flush_batch()?;
         while !self.inflight.is_empty() {
             self.collect_batch()?;
+        }
+        Ok(())
+    }
+
+    /// When the stream bytes at `pos` belong to exactly one want, a data run, and no other want starts
+    /// within the next bytes: the run's guest offset for `pos` and how many bytes may be read for it.
+    /// The want is made active. Compressed batches need no attention here (no want of them is active).
+    fn direct_run(&mut self, pos: u64) -> Option<(u64, usize)> {
+        if self.active.is_empty()
+            && let Some(mut entry) = self.future.first_entry()
+            && *entry.key() == pos
+            && entry.get().len() == 1
+            && matches!(entry.get()[0].kind, Kind::Data { .. })
+        {
+            let ws = std::mem::take(entry.get_mut());
+            entry.remove();
+            self.future_count -= 1;
+            self.active.extend(ws);
+        }
+        let [w] = self.active.as_slice() else { return None };
+        let Kind::Data { guest } = w.kind else { return None };
+        if w.start + w.got != pos {
+            return None;
+        }
+        let guest = guest + w.got;
+        let next_want = self.future.keys().next().map_or(u64::MAX, |&k| k);
+        let max = (w.len - w.got).min(next_want.saturating_sub(pos)).min(self.h.virtual_size.saturating_sub(guest));
+        (max > 0).then(|| (guest, max.min(CHUNK as u64 * 2) as usize))
+    }
+
+    /// Accounts `n` bytes read by the fast path to the single active data want.
+    fn advance_direct(&mut self, n: u64) -> Result<()> {
+        if let Some(w) = self.active.first_mut() {
+            w.got += n;
+            if w.got >= w.len {
+                let w = self.active.swap_remove(0);
+                self.finish(w)?;
+            }
         }
         Ok(())
     }
@@ -261,7 +318,12 @@ impl Converter<'_> {
         match w.kind {
             Kind::Data { guest } => self.write_guest(guest + (at - w.start), data)?,
             Kind::Ignore => {}
-            _ => w.buf.extend_from_slice(data),
+            _ => {
+                if w.buf.capacity() == 0 {
+                    w.buf.reserve_exact(w.len as usize);
+                }
+                w.buf.extend_from_slice(data)
+            }
         }
         w.got += data.len() as u64;
         Ok(())
@@ -561,14 +623,17 @@ impl Converter<'_> {
         self.batch_bytes = 0;
         let cs = self.cs as usize;
         let comp = self.h.compression;
+        let outs: Vec<Vec<u8>> =
+            (0..batch.len()).map(|_| self.spare_out.pop().unwrap_or_else(|| vec![0; cs])).collect();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         rayon::spawn(move || {
             let out: Decoded = batch
                 .into_par_iter()
-                .map(|(guest, host, data)| {
-                    let r = decompress_cluster(comp, &data, cs)
+                .zip(outs)
+                .map(|((guest, host, data), mut out)| {
+                    let r = decompress_cluster(comp, &data, &mut out)
                         .map_err(|reason| Qcow2Error::BadCompressedCluster { offset: host, reason });
-                    (guest, r)
+                    (guest, out, r)
                 })
                 .collect();
             let _ = tx.send(out);
@@ -588,22 +653,25 @@ impl Converter<'_> {
         let out = rx
             .recv()
             .map_err(|_| Error::SourceRead { offset: 0, source: io::Error::other("decoder thread failed") })?;
-        for (guest, r) in out {
-            let data = r.map_err(ferr)?;
+        for (guest, data, r) in out {
+            r.map_err(ferr)?;
             self.write_guest(guest, &data)?;
+            // Bounded: no more buffers are ever out than the batches in flight hold.
+            self.spare_out.push(data);
         }
         Ok(())
     }
 }
 
-/// Decodes one compressed cluster; the output must be exactly `cs` bytes (trailing input is sector padding).
-pub fn decompress_cluster(comp: ClusterCompression, input: &[u8], cs: usize) -> std::result::Result<Vec<u8>, String> {
-    let mut out = vec![0u8; cs];
+/// Decodes one compressed cluster into `out` (one cluster long); the output must fill it exactly (trailing
+/// input is sector padding).
+pub fn decompress_cluster(comp: ClusterCompression, input: &[u8], out: &mut [u8]) -> std::result::Result<(), String> {
+    let cs = out.len();
     match comp {
         ClusterCompression::Zlib => {
             let mut d = flate2::Decompress::new(false);
-            match d.decompress(input, &mut out, flate2::FlushDecompress::Finish) {
-                Ok(_) if d.total_out() as usize == cs => Ok(out),
+            match d.decompress(input, out, flate2::FlushDecompress::Finish) {
+                Ok(_) if d.total_out() as usize == cs => Ok(()),
                 Ok(_) => Err(format!("deflate produced {} of {cs} bytes", d.total_out())),
                 Err(e) => Err(format!("deflate: {e}")),
             }
@@ -612,7 +680,7 @@ pub fn decompress_cluster(comp: ClusterCompression, input: &[u8], cs: usize) -> 
             use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
             let mut d = Decoder::new().map_err(|e| format!("zstd: {e}"))?;
             let mut inb = InBuffer::around(input);
-            let mut outb = OutBuffer::around(&mut out[..]);
+            let mut outb = OutBuffer::around(out);
             while outb.pos() < cs {
                 let before = (inb.pos, outb.pos());
                 let hint = d.run(&mut inb, &mut outb).map_err(|e| format!("zstd: {e}"))?;
@@ -621,7 +689,7 @@ pub fn decompress_cluster(comp: ClusterCompression, input: &[u8], cs: usize) -> 
                 }
             }
             let got = outb.pos();
-            if got == cs { Ok(out) } else { Err(format!("zstd produced {got} of {cs} bytes")) }
+            if got == cs { Ok(()) } else { Err(format!("zstd produced {got} of {cs} bytes")) }
         }
     }
 }
@@ -766,13 +834,18 @@ mod tests {
         e.write_all(&data).map_err(|s| Error::SourceRead { offset: 0, source: s })?;
         let mut z = e.finish().map_err(|s| Error::SourceRead { offset: 0, source: s })?;
         z.extend([0u8; 300]); // sector padding
-        assert_eq!(decompress_cluster(ClusterCompression::Zlib, &z, cs).ok(), Some(data.clone()));
+        // Output buffers are reused, so start from garbage: a success must overwrite all of it.
+        let dec = |c, input: &[u8]| {
+            let mut out = vec![0xa5u8; cs];
+            decompress_cluster(c, input, &mut out).map(|()| out)
+        };
+        assert_eq!(dec(ClusterCompression::Zlib, &z).ok(), Some(data.clone()));
         let zs = zstd::encode_all(&data[..], 3).map_err(|s| Error::SourceRead { offset: 0, source: s })?;
-        assert_eq!(decompress_cluster(ClusterCompression::Zstd, &zs, cs).ok(), Some(data.clone()));
-        assert!(decompress_cluster(ClusterCompression::Zstd, &zs[..zs.len() / 2], cs).is_err());
-        assert!(decompress_cluster(ClusterCompression::Zlib, &z[..10], cs).is_err());
+        assert_eq!(dec(ClusterCompression::Zstd, &zs).ok(), Some(data.clone()));
+        assert!(dec(ClusterCompression::Zstd, &zs[..zs.len() / 2]).is_err());
+        assert!(dec(ClusterCompression::Zlib, &z[..10]).is_err());
         let short = zstd::encode_all(&data[..100], 3).map_err(|s| Error::SourceRead { offset: 0, source: s })?;
-        assert!(decompress_cluster(ClusterCompression::Zstd, &short, cs).is_err());
+        assert!(dec(ClusterCompression::Zstd, &short).is_err());
         Ok(())
     }
 }
