@@ -272,14 +272,19 @@ pub enum Volume {
 
 /// Decides the volume as CDI does: the block device path if it exists as a block device, else the data dir.
 pub fn volume(paths: &PodPaths) -> Volume {
-    match fs::metadata(&paths.block_device) {
-        Ok(m) if m.file_type().is_block_device() => Volume::Block(paths.block_device.clone()),
-        _ => Volume::Filesystem(paths.data_dir.clone()),
+    volume_at(&paths.block_device, &paths.data_dir)
+}
+
+/// [`volume`] for explicit paths: `Block(block_device)` if that is a block device, else `Filesystem(data_dir)`.
+pub fn volume_at(block_device: &Path, data_dir: &Path) -> Volume {
+    match fs::metadata(block_device) {
+        Ok(m) if m.file_type().is_block_device() => Volume::Block(block_device.to_path_buf()),
+        _ => Volume::Filesystem(data_dir.to_path_buf()),
     }
 }
 
-/// Bytes the volume offers: the device size, or `min(free space, IMPORTER_IMAGE_SIZE)`.
-fn available_space(vol: &Volume, image_size: Option<u64>) -> Result<u64, Error> {
+/// Bytes the volume offers: the device size, or `min(free space, image size)` (`IMPORTER_IMAGE_SIZE`).
+pub fn available_space(vol: &Volume, image_size: Option<u64>) -> Result<u64, Error> {
     match vol {
         Volume::Block(dev) => {
             let mut f = fs::File::open(dev).map_err(|source| Error::Sink { path: dev.clone(), source })?;
@@ -406,7 +411,7 @@ fn terminate(result: Result<Done, Error>, scratch_available: bool) -> Terminatio
 
 /// Removes everything in `dir` except `lost+found` (CDI cleans the target before writing, so a retry never
 /// trips over its own leftovers).
-fn clean_dir(dir: &Path) -> Result<(), Error> {
+pub fn clean_dir(dir: &Path) -> Result<(), Error> {
     let entries = fs::read_dir(dir).map_err(|source| Error::Sink { path: dir.to_path_buf(), source })?;
     for e in entries.flatten() {
         let p = e.path();
@@ -449,7 +454,8 @@ fn blank(cfg: &PodConfig, vol: &Volume) -> Result<Done, Error> {
     }
 }
 
-fn set_mode(path: &Path) -> Result<(), Error> {
+/// Gives an image file CDI's mode 0660 (the VM's qemu group reads and writes it).
+pub fn set_mode(path: &Path) -> Result<(), Error> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))
         .map_err(|source| Error::Sink { path: path.to_path_buf(), source })
 }
@@ -470,19 +476,43 @@ fn extract_archive(
     rt: &tokio::runtime::Handle,
     progress: &Progress,
 ) -> Result<Done, Error> {
+    let hasher = cfg.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
+    extract_tar(
+        vol,
+        "source",
+        progress,
+        || pipeline::probe(&location(&cfg.source), &cfg.options, rt, progress, hasher.as_ref()),
+        || match (&hasher, &cfg.checksum) {
+            (Some(h), Some(want)) => h.verify(want).map(|_| ()),
+            _ => Ok(()),
+        },
+    )?;
+    Ok(Done::default())
+}
+
+/// Archive content into a filesystem volume (a block volume is refused), for the importer and the upload
+/// server: cleans the volume's directory, probes the stream with `probe`, refuses anything but a tar (naming the `what`: "source", "upload"), extracts it,
+/// reads any trailing padding (so a checksum covers every byte served) and runs `verify`. On failure the
+/// directory is cleaned again, so no partial tree is left behind.
+pub fn extract_tar(
+    vol: &Volume,
+    what: &str,
+    progress: &Progress,
+    probe: impl FnOnce() -> Result<pipeline::Probed, Error>,
+    verify: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
     let Volume::Filesystem(dir) = vol else {
         return Err(Error::InvalidRequest(String::from(
             "content type archive needs a filesystem volume, not a block device",
         )));
     };
     clean_dir(dir)?;
-    let hasher = cfg.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
-    let probed = pipeline::probe(&location(&cfg.source), &cfg.options, rt, progress, hasher.as_ref())?;
+    let probed = probe()?;
     if probed.format != ImageFormat::Tar {
         return Err(Error::Format {
             format: probed.format,
             source: FormatError::Invalid(format!(
-                "content type archive needs a tar archive, the source is {}",
+                "content type archive needs a tar archive, the {what} is {}",
                 probed.format
             )),
         });
@@ -490,26 +520,23 @@ fn extract_archive(
     progress.start_phase(Phase::Import, probed.size);
     progress.set_done(progress.snapshot().source_bytes);
     let mut stream = probed.stream;
-    let r = archive::extract(&mut stream, dir).and_then(|_| {
-        // Read any trailing padding so the checksum covers every byte served.
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            match io::Read::read(&mut stream, &mut buf) {
-                Ok(0) => break Ok(()),
-                Ok(_) => {}
-                Err(e) => break Err(pipeline::untag(e, 0)),
+    let r = archive::extract(&mut stream, dir)
+        .and_then(|_| {
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match io::Read::read(&mut stream, &mut buf) {
+                    Ok(0) => break Ok(()),
+                    Ok(_) => {}
+                    Err(e) => break Err(pipeline::untag(e, 0)),
+                }
             }
-        }
-    });
-    let r = r.and_then(|()| match (&hasher, &cfg.checksum) {
-        (Some(h), Some(want)) => h.verify(want).map(|_| ()),
-        _ => Ok(()),
-    });
+        })
+        .and_then(|()| verify());
     if let Err(e) = r {
         let _ = clean_dir(dir);
         return Err(e);
     }
-    Ok(Done::default())
+    Ok(())
 }
 
 /// Runs the pod: sizes the target, serves metrics, imports. Must run on a blocking thread of `rt`.

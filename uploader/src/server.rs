@@ -16,10 +16,7 @@
 //! Once `DEADLINE` has passed and no upload runs, the server stops with [`Outcome::DeadlinePassed`].
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::{Seek, SeekFrom};
 use std::net::SocketAddr;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,8 +27,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use importer::detect::ImageFormat;
 use importer::plan::SizeRule;
+use importer::pod::{self, Volume};
 use importer::progress::{Phase, Progress};
 use importer::source::{OpenedSource, SourceLocation, SourceOptions, push};
 use importer::{ErrorKind, ImportRequest, pipeline};
@@ -324,56 +321,10 @@ impl Shared {
     }
 }
 
-/// The target volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Volume {
-    File(PathBuf),
-    Block(PathBuf),
-}
-
+/// The target volume: `DESTINATION` if it is a block device, else the directory holding the image file.
 fn volume(dest: &Path) -> Volume {
-    match fs::metadata(dest) {
-        Ok(m) if m.file_type().is_block_device() => Volume::Block(dest.to_path_buf()),
-        _ => Volume::File(dest.to_path_buf()),
-    }
-}
-
-fn data_dir(dest: &Path) -> PathBuf {
-    dest.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
-
-/// Bytes the volume offers, as the importer's pod mode: the device size, or `min(free space, image size)`.
-fn available_space(vol: &Volume, image_size: Option<u64>) -> importer::Result<u64> {
-    use importer::Error as E;
-    match vol {
-        Volume::Block(dev) => {
-            let mut f = fs::File::open(dev).map_err(|source| E::Sink { path: dev.clone(), source })?;
-            f.seek(SeekFrom::End(0)).map_err(|source| E::Sink { path: dev.clone(), source })
-        }
-        Volume::File(path) => {
-            let dir = data_dir(path);
-            let st = rustix::fs::statvfs(&dir).map_err(|e| E::Sink { path: dir.clone(), source: e.into() })?;
-            let free = st.f_bavail.saturating_mul(st.f_frsize);
-            Ok(image_size.map_or(free, |s| s.min(free)))
-        }
-    }
-}
-
-/// Removes everything in `dir` except `lost+found`.
-fn clean_dir(dir: &Path) -> importer::Result<()> {
-    let err = |path: &Path, source| importer::Error::Sink { path: path.to_path_buf(), source };
-    for e in fs::read_dir(dir).map_err(|e| err(dir, e))?.flatten() {
-        let p = e.path();
-        if p.file_name().is_some_and(|n| n == "lost+found") {
-            continue;
-        }
-        let r = match fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => fs::remove_dir_all(&p),
-            _ => fs::remove_file(&p),
-        };
-        r.map_err(|e| err(&p, e))?;
-    }
-    Ok(())
+    let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    importer::pod::volume_at(dest, dir)
 }
 
 /// Runs one upload's import on the calling (blocking) thread. Returns whether preallocation was applied.
@@ -383,49 +334,22 @@ fn import(cfg: &Config, content: Content, opened: OpenedSource, progress: &Progr
     let name = SourceLocation::File(PathBuf::from("upload body"));
     match content {
         Content::Archive => {
-            let Volume::File(dest) = &vol else {
-                return Err(importer::Error::InvalidRequest(String::from(
-                    "content type archive needs a filesystem volume, not a block device",
-                )));
-            };
-            let dir = data_dir(dest);
-            clean_dir(&dir)?;
-            let probed = pipeline::probe_opened(opened, &name, progress, None)?;
-            if probed.format != ImageFormat::Tar {
-                return Err(importer::Error::Format {
-                    format: probed.format,
-                    source: importer::format::FormatError::Invalid(format!(
-                        "content type archive needs a tar archive, the upload is {}",
-                        probed.format
-                    )),
-                });
-            }
-            progress.start_phase(Phase::Import, probed.size);
-            progress.set_done(progress.snapshot().source_bytes);
-            let mut stream = probed.stream;
-            let r = importer::archive::extract(&mut stream, &dir).and_then(|_| {
-                let mut buf = vec![0u8; 1 << 16];
-                loop {
-                    match std::io::Read::read(&mut stream, &mut buf) {
-                        Ok(0) => break Ok(()),
-                        Ok(_) => {}
-                        Err(e) => break Err(pipeline::untag(e, 0)),
-                    }
-                }
-            });
-            if let Err(e) = r {
-                let _ = clean_dir(&dir);
-                return Err(e);
-            }
+            pod::extract_tar(
+                &vol,
+                "upload",
+                progress,
+                || pipeline::probe_opened(opened, &name, progress, None),
+                || Ok(()),
+            )?;
             Ok(false)
         }
         Content::Kubevirt => {
-            let available = available_space(&vol, cfg.image_size)?;
+            let available = pod::available_space(&vol, cfg.image_size)?;
             let (dest, size) = match &vol {
-                Volume::File(path) => {
-                    let usable = importer::pod::usable_space(cfg.overhead, available);
+                Volume::Filesystem(_) => {
+                    let usable = pod::usable_space(cfg.overhead, available);
                     let target = cfg.image_size.map_or(usable, |s| s.min(usable));
-                    (path.clone(), SizeRule::Fill { usable: target / MIB * MIB, available })
+                    (cfg.destination.clone(), SizeRule::Fill { usable: target / MIB * MIB, available })
                 }
                 Volume::Block(dev) => (dev.clone(), SizeRule::Fill { usable: 0, available }),
             };
@@ -439,9 +363,8 @@ fn import(cfg: &Config, content: Content, opened: OpenedSource, progress: &Progr
                 scratch,
             };
             let report = pipeline::import_opened(&req, opened, progress)?;
-            if matches!(vol, Volume::File(_)) {
-                fs::set_permissions(&dest, fs::Permissions::from_mode(0o660))
-                    .map_err(|source| importer::Error::Sink { path: dest.clone(), source })?;
+            if matches!(vol, Volume::Filesystem(_)) {
+                pod::set_mode(&dest)?;
             }
             Ok(report.preallocated)
         }
