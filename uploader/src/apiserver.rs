@@ -139,23 +139,9 @@ pub struct Identity {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
+/// Decodes `%XX` escapes of an extra-attribute key (invalid escapes stay; invalid UTF-8 is replaced).
 fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) = u8::from_str_radix(s.get(i + 1..i + 3).unwrap_or(""), 16)
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
 /// The identity asserted by the front proxy's headers (`None` without a user name).

@@ -52,33 +52,12 @@ pub struct S3Target {
     pub path_style: bool,
 }
 
-/// Decodes `%XX` escapes (no `+` → space: S3 keys are paths, not form values).
+/// Decodes `%XX` escapes (no `+` → space: S3 keys are paths, not form values); invalid escapes stay as they are.
 fn percent_decode(s: &str) -> Result<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push(h << 4 | l);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8(out).map_err(|_| Error::InvalidRequest(format!("S3 key {s:?} is not UTF-8 once decoded")))
-}
-
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| Error::InvalidRequest(format!("S3 key {s:?} is not UTF-8 once decoded")))
 }
 
 /// `s3.<region>.amazonaws.com`, `s3-<region>.amazonaws.com` and `<bucket>.s3.<region>.amazonaws.com` → region;
