@@ -80,6 +80,20 @@ impl Pki {
     }
 }
 
+/// An upload proxy on a free loopback port that trusts `pki`'s upload servers and checks tokens with `public`.
+fn proxy_config(pki: &Pki, public: String) -> uploader::proxy::Config {
+    uploader::proxy::Config {
+        listen: ok("127.0.0.1:0".parse()),
+        serving: None,
+        public_key_pem: public,
+        client_cert: pki.path("client.crt"),
+        client_key: pki.path("client.key"),
+        server_ca: pki.path("server-ca.crt"),
+        ready_timeout: Duration::from_secs(2),
+        ready_interval: Duration::from_millis(200),
+    }
+}
+
 fn free_port() -> u16 {
     ok(std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr())).port()
 }
@@ -394,16 +408,7 @@ async fn proxy_checks_tokens_and_readiness_then_streams_to_the_upload_server() {
     cluster.set("ns", "notready", &[(ANN_UPLOAD_TARGET, ""), (ANN_POD_READY, "false")]);
     cluster.set("ns", "plain", &[]);
     cluster.set("ns", "done", &[(ANN_UPLOAD_TARGET, ""), ("cdi.kubevirt.io/storage.pod.phase", "Succeeded")]);
-    let cfg = uploader::proxy::Config {
-        listen: ok("127.0.0.1:0".parse()),
-        serving: None,
-        public_key_pem: public,
-        client_cert: pki.path("client.crt"),
-        client_key: pki.path("client.key"),
-        server_ca: pki.path("server-ca.crt"),
-        ready_timeout: Duration::from_secs(2),
-        ready_interval: Duration::from_millis(200),
-    };
+    let cfg = proxy_config(&pki, public);
     let proxy = ok(uploader::proxy::start(cfg, cluster.clone()).await);
     let url = |p: &str| format!("https://127.0.0.1:{}{p}", proxy.addr.port());
     let http = ok(reqwest::Client::builder().danger_accept_invalid_certs(true).build());
@@ -493,16 +498,7 @@ async fn early_refusals_of_large_bodies_reach_the_client() {
     let pki = Pki::new();
     let (_, public) = ok(token::generate_key_pair());
     let cluster = Arc::new(FakeCluster { pvcs: Mutex::new(BTreeMap::new()), endpoint: ok("127.0.0.1:9".parse()) });
-    let cfg = uploader::proxy::Config {
-        listen: ok("127.0.0.1:0".parse()),
-        serving: None,
-        public_key_pem: public,
-        client_cert: pki.path("client.crt"),
-        client_key: pki.path("client.key"),
-        server_ca: pki.path("server-ca.crt"),
-        ready_timeout: Duration::from_secs(2),
-        ready_interval: Duration::from_millis(200),
-    };
+    let cfg = proxy_config(&pki, public);
     let proxy = ok(uploader::proxy::start(cfg, cluster).await);
     let url = format!("https://127.0.0.1:{}/v1beta1/upload", proxy.addr.port());
     let body = bytes::Bytes::from(vec![7u8; 8 << 20]);
