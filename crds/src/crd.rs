@@ -1,17 +1,11 @@
-//! The CustomResourceDefinitions this project installs, with upstream's webhook validation expressed as CEL
-//! rules, and their YAML rendering (written to `deploy/crds/` by `crdgen`).
+//! CRD rendering for every API group this project serves: the CRDs (with upstream's webhook validation expressed as
+//! CEL rules, see [`crate::cdi::crd`]) and the admission policies, as the YAML files `crdgen` writes to
+//! `deploy/crds/`. Each group contributes its files ([`crate::cdi::crd::files`], [`crate::kubevirt::crd::files`]);
+//! [`render_all`] is the union, in apply order.
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation,
-};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, ValidationRule,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::CustomResourceExt;
-
-use crate::{CDIConfig, DataVolume, StorageProfile};
 
 /// Errors building or rendering the CRDs.
 #[derive(Debug, thiserror::Error)]
@@ -34,139 +28,40 @@ pub enum Error {
     },
 }
 
+/// One generated file: its name under `deploy/crds/` and its YAML text.
+pub type GeneratedFile = (&'static str, String);
+
 /// A CEL rule with either a fixed message or a message expression.
-struct Cel {
-    rule: &'static str,
-    message: Msg,
+pub(crate) struct Cel {
+    pub(crate) rule: &'static str,
+    pub(crate) message: Msg,
 }
 
-enum Msg {
+/// The message of a [`Cel`] rule.
+pub(crate) enum Msg {
+    /// A literal message.
     Fixed(&'static str),
+    /// A CEL message expression.
     Expr(&'static str),
 }
 
-const fn fixed(rule: &'static str, message: &'static str) -> Cel {
+/// A rule with a literal message.
+pub(crate) const fn fixed(rule: &'static str, message: &'static str) -> Cel {
     Cel { rule, message: Msg::Fixed(message) }
 }
 
-const fn expr(rule: &'static str, message_expression: &'static str) -> Cel {
+/// A rule with a message expression.
+pub(crate) const fn expr(rule: &'static str, message_expression: &'static str) -> Cel {
     Cel { rule, message: Msg::Expr(message_expression) }
 }
 
-const SOURCES: &str = "[has(self.source.http), has(self.source.s3), has(self.source.gcs), has(self.source.registry), \
-                       has(self.source.pvc), has(self.source.snapshot), has(self.source.upload), \
-                       has(self.source.blank), has(self.source.imageio), has(self.source.vddk)]";
-
-/// Rules on `DataVolume.spec` (upstream's `validateDataVolumeSpec` and the update check), keyed by the schema path
-/// they attach to (relative to `spec`; empty = `spec` itself). Messages are upstream's where it has one.
-pub fn datavolume_validations() -> Vec<(&'static str, Vec<ValidationRule>)> {
-    let spec = vec![
-        fixed("self == oldSelf", "Cannot update DataVolume Spec"),
-        fixed("has(self.pvc) || has(self.storage)", "Missing Data volume PVC"),
-        fixed(
-            "!(has(self.pvc) && has(self.storage))",
-            "Duplicate storage definition, both target storage and target pvc defined",
-        ),
-        fixed("has(self.source) != has(self.sourceRef)", "Data volume should have either Source or SourceRef"),
-        fixed(
-            "!has(self.sourceRef)",
-            "sourceRef (DataSource) is not supported by this CDI implementation; use source.pvc",
-        ),
-        fixed(
-            "!has(self.pvc) || (has(self.pvc.resources) && has(self.pvc.resources.requests) && \
-             'storage' in self.pvc.resources.requests)",
-            "PVC size is missing",
-        ),
-        fixed(
-            "!has(self.storage) || has(self.sourceRef) || (has(self.source) && (has(self.source.pvc) || \
-             has(self.source.snapshot))) || (has(self.storage.resources) && has(self.storage.resources.requests) \
-             && 'storage' in self.storage.resources.requests)",
-            "Storage size is missing",
-        ),
-        fixed(
-            "!(has(self.source) && has(self.source.blank) && has(self.contentType) && self.contentType == 'archive')",
-            "SourceType cannot be blank and the contentType be archive",
-        ),
-        fixed(
-            "!(has(self.contentType) && self.contentType == 'archive' && \
-             ((has(self.storage) && has(self.storage.volumeMode) && self.storage.volumeMode == 'Block') || \
-             (has(self.pvc) && has(self.pvc.volumeMode) && self.pvc.volumeMode == 'Block')))",
-            "contentType archive requires volumeMode Filesystem",
-        ),
-        fixed(
-            "!(has(self.source) && has(self.source.registry) && has(self.contentType) && \
-             self.contentType != 'kubevirt')",
-            "ContentType must be kubevirt when Source is Registry",
-        ),
-    ];
-    let mut spec = spec;
-    spec.push(Cel {
-        rule: leak(format!("!has(self.source) || {SOURCES}.exists(x, x)")),
-        message: Msg::Fixed("Missing Data volume source"),
-    });
-    spec.push(Cel {
-        rule: leak(format!("!has(self.source) || {SOURCES}.filter(x, x).size() <= 1")),
-        message: Msg::Fixed("Multiple Data volume sources"),
-    });
-    let unsupported = |field: &'static str| Cel {
-        rule: leak(format!("!has(self.{field})")),
-        message: Msg::Fixed(leak(format!(
-            "source {field} is not supported by this CDI implementation (supported: http, s3, registry, pvc, \
-                 upload, blank)"
-        ))),
-    };
-    let source = vec![unsupported("gcs"), unsupported("snapshot"), unsupported("imageio"), unsupported("vddk")];
-    let url_rules = || {
-        vec![
-            fixed("self.url != ''", "spec.source source URL is empty"),
-            expr("self.url == '' || isURL(self.url)", "'spec.source Invalid source URL: ' + self.url"),
-            expr(
-                "self.url == '' || !isURL(self.url) || url(self.url).getScheme() in ['http', 'https']",
-                "'spec.source Invalid source URL scheme: ' + self.url",
-            ),
-        ]
-    };
-    let mut http = url_rules();
-    http.push(expr(
-        "!has(self.checksum) || self.checksum.matches('^\\\\s*(?i:md5)\\\\s*:[0-9a-fA-F]{32}$') || \
-         self.checksum.matches('^\\\\s*(?i:sha1)\\\\s*:[0-9a-fA-F]{40}$') || \
-         self.checksum.matches('^\\\\s*(?i:sha256)\\\\s*:[0-9a-fA-F]{64}$') || \
-         self.checksum.matches('^\\\\s*(?i:sha512)\\\\s*:[0-9a-fA-F]{128}$')",
-        "'Invalid checksum format: expected algorithm:hash (md5, sha1, sha256 or sha512 with a hex hash of 32, \
-         40, 64 or 128 digits), got \"' + self.checksum + '\"'",
-    ));
-    let registry = vec![
-        fixed("has(self.url) != has(self.imageStream)", "Source registry should have either url or imageStream"),
-        expr(
-            "!has(self.url) || self.url.startsWith('docker://')",
-            "'Illegal registry source URL scheme ' + self.url + ': only docker:// is supported by this CDI \
-             implementation'",
-        ),
-        fixed(
-            "!has(self.pullMethod) || self.pullMethod in ['', 'pod']",
-            "pullMethod node is not supported by this CDI implementation; use pod",
-        ),
-    ];
-    let pvc = vec![fixed("self.namespace != '' && self.name != ''", "spec.source.PVC source PVC is not valid")];
-    [
-        ("", spec),
-        ("source", source),
-        ("source.http", http),
-        ("source.s3", url_rules()),
-        ("source.registry", registry),
-        ("source.pvc", pvc),
-    ]
-    .into_iter()
-    .map(|(path, rules)| (path, rules.into_iter().map(to_rule).collect()))
-    .collect()
-}
-
-/// CEL rule strings are built once per process from static parts; leaking them keeps the rule table `'static`.
-fn leak(s: String) -> &'static str {
+/// CEL rule strings are built once per process from static parts; leaking them keeps the rule tables `'static`.
+pub(crate) fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-fn to_rule(c: Cel) -> ValidationRule {
+/// The schema form of a [`Cel`] rule.
+pub(crate) fn to_rule(c: Cel) -> ValidationRule {
     let (message, message_expression) = match c.message {
         Msg::Fixed(m) => (Some(m.to_owned()), None),
         Msg::Expr(e) => (None, Some(e.to_owned())),
@@ -186,9 +81,11 @@ fn property<'a>(root: &'a mut JSONSchemaProps, path: &str, crd: &str) -> Result<
     Ok(cur)
 }
 
-/// The DataVolume CRD with its CEL validation.
-pub fn datavolume() -> Result<CustomResourceDefinition, Error> {
-    let mut crd = DataVolume::crd();
+/// Attaches `rules` (keyed by a dotted path relative to `spec`; empty = `spec` itself) to every version's schema.
+pub(crate) fn add_spec_validations(
+    crd: &mut CustomResourceDefinition,
+    rules: impl Fn() -> Vec<(&'static str, Vec<ValidationRule>)>,
+) -> Result<(), Error> {
     let name = crd.metadata.name.clone().unwrap_or_default();
     for version in &mut crd.spec.versions {
         let root = version
@@ -197,124 +94,45 @@ pub fn datavolume() -> Result<CustomResourceDefinition, Error> {
             .and_then(|s| s.open_api_v3_schema.as_mut())
             .ok_or_else(|| Error::MissingPath { crd: name.clone(), path: "openAPIV3Schema".into() })?;
         let spec = property(root, "spec", &name)?;
-        for (path, rules) in datavolume_validations() {
+        for (path, rules) in rules() {
             let target = property(spec, path, &name)?;
             target.x_kubernetes_validations.get_or_insert_with(Vec::new).extend(rules);
         }
     }
-    Ok(crd)
-}
-
-/// Name of the admission policy (and its binding) that completes the DataVolume validation.
-pub const POLICY_NAME: &str = "datavolume-validate.cdi.kubevirt.io";
-
-/// Validation the CRD schema cannot express within the API server's CEL cost budget (quantities inside
-/// int-or-string maps) or at all (the requester's authorisation): upstream's size checks and the clone
-/// permission check (`create datavolumes/source` in the source namespace), as a ValidatingAdmissionPolicy.
-pub fn datavolume_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
-    let mut validations = Vec::new();
-    for (field, name) in [("pvc", "PVC"), ("storage", "Storage")] {
-        let q = format!("string(object.spec.{field}.resources.requests.storage)");
-        let guard = format!(
-            "!has(object.spec.{field}) || !has(object.spec.{field}.resources) || \
-             !has(object.spec.{field}.resources.requests) || !('storage' in object.spec.{field}.resources.requests)"
-        );
-        let check = |expression: String, message: String| Validation {
-            expression,
-            message: Some(message),
-            reason: Some("Invalid".into()),
-            ..Default::default()
-        };
-        validations.push(check(
-            format!("{guard} || isQuantity({q})"),
-            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'".into(),
-        ));
-        validations.push(check(
-            format!("{guard} || !isQuantity({q}) || quantity({q}).isGreaterThan(quantity('0'))"),
-            format!("{name} size can't be equal or less than zero"),
-        ));
-        validations.push(check(
-            format!(
-                "{guard} || !isQuantity({q}) || !quantity({q}).isGreaterThan(quantity('0')) || \
-                 quantity({q}).compareTo(quantity('1Mi')) >= 0"
-            ),
-            format!("{name} size must be at least 1MiB"),
-        ));
-    }
-    validations.push(Validation {
-        expression: "!has(object.spec.source) || !has(object.spec.source.pvc) || \
-                     authorizer.group('cdi.kubevirt.io').resource('datavolumes').subresource('source')\
-                     .namespace(object.spec.source.pvc.namespace).check('create').allowed()"
-            .into(),
-        message_expression: Some(
-            "'User ' + request.userInfo.username + ' has no permission to clone from namespace ' + \
-             object.spec.source.pvc.namespace + ' (needs create datavolumes/source there)'"
-                .into(),
-        ),
-        reason: Some("Forbidden".into()),
-        ..Default::default()
-    });
-    let policy = ValidatingAdmissionPolicy {
-        metadata: ObjectMeta { name: Some(POLICY_NAME.into()), ..Default::default() },
-        spec: Some(ValidatingAdmissionPolicySpec {
-            failure_policy: Some("Fail".into()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: Some(vec![crate::consts::GROUP.into()]),
-                    api_versions: Some(vec!["v1beta1".into()]),
-                    operations: Some(vec!["CREATE".into()]),
-                    resources: Some(vec!["datavolumes".into()]),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            validations: Some(validations),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let binding = ValidatingAdmissionPolicyBinding {
-        metadata: ObjectMeta { name: Some(POLICY_NAME.into()), ..Default::default() },
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(POLICY_NAME.into()),
-            validation_actions: Some(vec!["Deny".into()]),
-            ..Default::default()
-        }),
-    };
-    (policy, binding)
-}
-
-/// Every CRD this project installs, in apply order, with the file name `crdgen` writes it to.
-pub fn all() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {
-    Ok(vec![
-        ("datavolume.yaml", datavolume()?),
-        ("cdiconfig.yaml", CDIConfig::crd()),
-        ("storageprofile.yaml", StorageProfile::crd()),
-    ])
+    Ok(())
 }
 
 /// The YAML text of one CRD, with a header naming the generator.
 pub fn render(crd: &CustomResourceDefinition) -> Result<String, Error> {
     let name = crd.metadata.name.clone().unwrap_or_default();
-    let body = serde_saphyr::to_string(crd).map_err(|e| Error::Yaml { crd: name, message: e.to_string() })?;
-    Ok(format!("{HEADER}{body}"))
+    render_objects(&name, &[crd])
 }
 
-/// Every generated file: `(file name, YAML)` — the CRDs and the DataVolume admission policy with its binding.
-pub fn render_all() -> Result<Vec<(&'static str, String)>, Error> {
-    let mut out: Vec<(&'static str, String)> =
-        all()?.into_iter().map(|(file, crd)| Ok((file, render(&crd)?))).collect::<Result<_, Error>>()?;
-    let (policy, binding) = datavolume_policy();
-    let yaml = |v: &dyn erased::Yaml| v.yaml().map_err(|message| Error::Yaml { crd: POLICY_NAME.into(), message });
-    out.push(("datavolume-policy.yaml", format!("{HEADER}{}---\n{}", yaml(&policy)?, yaml(&binding)?)));
+/// YAML documents of `objects` (separated by `---`) behind the generator header; `name` names them in errors.
+pub(crate) fn render_objects(name: &str, objects: &[&dyn erased::Yaml]) -> Result<String, Error> {
+    let mut out = String::from(HEADER);
+    for (i, o) in objects.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&o.yaml().map_err(|message| Error::Yaml { crd: name.to_owned(), message })?);
+    }
+    Ok(out)
+}
+
+/// Every generated file of every API group, in apply order.
+pub fn render_all() -> Result<Vec<GeneratedFile>, Error> {
+    let mut out = crate::cdi::crd::files()?;
+    out.extend(crate::kubevirt::crd::files()?);
     Ok(out)
 }
 
 const HEADER: &str = "# Generated by `cargo run -p crds --bin crdgen` from crds/src; do not edit.\n";
 
-mod erased {
-    /// Object-safe YAML rendering for the policy objects.
+pub(crate) mod erased {
+    /// Object-safe YAML rendering, so objects of different types share one file.
     pub trait Yaml {
+        /// The object as YAML.
         fn yaml(&self) -> Result<String, String>;
     }
     impl<T: serde::Serialize> Yaml for T {

@@ -1,18 +1,17 @@
-//! API types of `cdi.kubevirt.io/v1beta1` that this project serves — [`DataVolume`], [`CDIConfig`],
-//! [`StorageProfile`] — and CDI's exact wire constants ([`consts`]), in one place.
+//! API types and exact wire constants of the API groups this project serves, one module per group:
 //!
-//! Field names, enum values, annotation keys, reasons and messages are byte-compatible with upstream CDI
-//! (`../shared/specs/cdi.md`). The CRD YAML under `deploy/crds/` is generated from these types by the `crdgen`
-//! binary ([`crd::render_all`]); a test fails when the committed YAML drifts from the types.
+//! * [`cdi`] — `cdi.kubevirt.io/v1beta1`: DataVolume, CDIConfig, StorageProfile, CDI's annotations, labels,
+//!   reasons and messages.
+//! * [`kubevirt`] — `kubevirt.io/v1`: KubeVirt's labels, annotations and finalizers (the types follow).
 //!
-//! Validation that upstream's admission webhook performs is expressed as CEL rules in the CRD schema
-//! ([`crd::datavolume_validations`]), so the real API server enforces it with upstream's messages.
+//! Field names, enum values and strings are byte-compatible with upstream (`../shared/specs/cdi.md`,
+//! `../shared/specs/kubevirt.md`). The CRD YAML under `deploy/crds/` is generated from these types by the
+//! `crdgen` binary ([`crd::render_all`], every group); a test fails when the committed YAML drifts from the types.
+//! Validation that upstream's admission webhooks perform is expressed as CEL rules in the CRD schemas, so the
+//! real API server enforces it with upstream's messages.
+//!
+//! This crate holds types and pure functions only: no I/O, no runtime.
 
-pub mod config;
-pub mod consts;
+pub mod cdi;
 pub mod crd;
-pub mod datavolume;
-pub mod naming;
-
-pub use config::{CDIConfig, CDIConfigSpec, CDIConfigStatus, StorageProfile, StorageProfileSpec};
-pub use datavolume::{DataVolume, DataVolumeCondition, DataVolumePhase, DataVolumeSpec, DataVolumeStatus};
+pub mod kubevirt;

@@ -18,7 +18,7 @@ fn committed_crds_match_the_types() {
 
 #[test]
 fn datavolume_crd_has_columns_short_names_status_and_cel() {
-    let crd = crds::crd::datavolume().unwrap_or_else(|e| panic!("{e}"));
+    let crd = crds::cdi::crd::datavolume().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["dv".to_owned(), "dvs".to_owned()][..]));
     let v = &crd.spec.versions[0];
     let cols: Vec<_> = v.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
@@ -32,7 +32,7 @@ fn datavolume_crd_has_columns_short_names_status_and_cel() {
 
 #[test]
 fn acronym_field_names_match_upstream_json() {
-    use crds::config::{CDIConfigSpec, ImportProxy};
+    use crds::cdi::config::{CDIConfigSpec, ImportProxy};
     let spec = CDIConfigSpec {
         upload_proxy_url_override: Some("u".into()),
         data_volume_ttl_seconds: Some(1),

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crds::consts;
+use crds::cdi::consts;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

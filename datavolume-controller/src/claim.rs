@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use crds::consts::{ann, label};
-use crds::datavolume::{DataVolume, DataVolumeSource};
+use crds::cdi::consts::{ann, label};
+use crds::cdi::datavolume::{DataVolume, DataVolumeSource};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -224,7 +224,7 @@ pub fn render(dv: &DataVolume, facts: &StorageFacts) -> Result<PersistentVolumeC
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crds::datavolume::{DataVolumeSpec, HttpSource, PvcSource, StorageSpec};
+    use crds::cdi::datavolume::{DataVolumeSpec, HttpSource, PvcSource, StorageSpec};
 
     fn dv(spec: DataVolumeSpec) -> DataVolume {
         let mut d = DataVolume::new("disk", spec);

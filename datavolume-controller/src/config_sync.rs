@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crds::config::{
+use crds::cdi::config::{
     CDI_CONFIG_NAME, CDIConfig, CDIConfigStatus, ClaimPropertySet, FilesystemOverhead, StorageProfile,
     StorageProfileStatus,
 };

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crds::config::{CDI_CONFIG_NAME, CDIConfig, FilesystemOverhead, StorageProfile};
-use crds::consts::{self, ann};
+use crds::cdi::config::{CDI_CONFIG_NAME, CDIConfig, FilesystemOverhead, StorageProfile};
+use crds::cdi::consts::{self, ann};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceRequirements};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

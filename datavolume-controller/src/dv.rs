@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crds::consts::ann;
-use crds::datavolume::{DataVolume, DataVolumePhase};
-use crds::naming;
+use crds::cdi::consts::ann;
+use crds::cdi::datavolume::{DataVolume, DataVolumePhase};
+use crds::cdi::naming;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -99,7 +99,7 @@ async fn reconcile_inner(dv: &DataVolume, ctx: &Context) -> Result<Action> {
             && let Some(pod) = worker_pod(ctx, p)
             && let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone())
         {
-            obs.progress = crate::progress::scrape(&ctx.scraper, &ip, crds::consts::WORKER_PORT, &owner_uid(p)).await;
+            obs.progress = crate::progress::scrape(&ctx.scraper, &ip, crds::cdi::consts::WORKER_PORT, &owner_uid(p)).await;
         }
     }
 

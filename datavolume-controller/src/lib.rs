@@ -23,8 +23,8 @@ pub mod workers;
 use std::future::Future;
 use std::sync::Arc;
 
-use crds::config::{CDIConfig, StorageProfile};
-use crds::datavolume::DataVolume;
+use crds::cdi::config::{CDIConfig, StorageProfile};
+use crds::cdi::datavolume::DataVolume;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;

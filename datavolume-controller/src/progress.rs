@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crds::consts::PROGRESS_METRICS;
+use crds::cdi::consts::PROGRESS_METRICS;
 
 /// The HTTPS client used for scraping (no certificate verification: workers use self-signed certificates).
 pub fn client() -> reqwest::Result<reqwest::Client> {

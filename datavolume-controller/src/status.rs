@@ -1,8 +1,8 @@
 //! DataVolume status as a pure function of the DV, its PVC and the scraped progress (`specs/cdi.md` §1.5), plus
 //! the events a status change produces. Nothing here talks to the API server.
 
-use crds::consts::{ann, event, message, reason};
-use crds::datavolume::{
+use crds::cdi::consts::{ann, event, message, reason};
+use crds::cdi::datavolume::{
     ConditionStatus, ConditionType, DataVolume, DataVolumeCondition, DataVolumePhase, DataVolumeStatus,
 };
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use crds::config::ImportProxy;
-use crds::consts::{self, ann, label};
-use crds::naming;
+use crds::cdi::config::ImportProxy;
+use crds::cdi::consts::{self, ann, label};
+use crds::cdi::naming;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     LocalObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crds::consts::{ann, message, reason};
-use crds::naming;
+use crds::cdi::consts::{ann, message, reason};
+use crds::cdi::naming;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -487,7 +487,7 @@ async fn clone(ctx: &Context, pvc: &PersistentVolumeClaim, src_ns: &str, src_nam
             match (ready, st.pod_ip) {
                 (true, Some(ip)) if src.meta().deletion_timestamp.is_none() => {
                     let endpoint = CloneEndpoint {
-                        url: format!("https://{ip}:{}/disk.img", crds::consts::WORKER_PORT),
+                        url: format!("https://{ip}:{}/disk.img", crds::cdi::consts::WORKER_PORT),
                         header_secret: clone_header_secret(&name),
                     };
                     import(ctx, pvc, Some(endpoint)).await

@@ -32,14 +32,7 @@ use tokio::net::TcpListener;
 use crate::http::{Body, ConnInfo, json as json_response};
 use crate::token;
 
-/// API group.
-pub const GROUP: &str = "upload.cdi.kubevirt.io";
-/// API version.
-pub const VERSION: &str = "v1beta1";
-/// Resource (plural).
-pub const RESOURCE: &str = "uploadtokenrequests";
-/// Kind.
-pub const KIND: &str = "UploadTokenRequest";
+pub use crds::cdi::consts::upload_token::{GROUP, KIND, RESOURCE, VERSION};
 /// Secret holding the signing key.
 pub const SIGNING_KEY_SECRET: &str = "cdi-api-signing-key";
 /// Largest request body accepted.

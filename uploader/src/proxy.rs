@@ -275,7 +275,7 @@ pub fn readiness(pvc_name: &str, annotations: &BTreeMap<String, String>) -> Read
 
 /// Name of the upload server Service/pod of a PVC (`cdi-upload-<pvc>`, shortened when too long).
 pub fn upload_service_name(pvc: &str) -> String {
-    crds::naming::upload_server(pvc)
+    crds::cdi::naming::upload_server(pvc)
 }
 
 /// The PVC that actually receives the upload: PVC′ for a `VolumeUploadSource` populator claim (when known).

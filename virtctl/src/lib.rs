@@ -13,26 +13,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crds::cdi::consts::{ann, upload_token};
+use crds::cdi::datavolume::{ContentType, DataVolumeSource, DataVolumeSpec, EmptySource, StorageSpec};
+use crds::cdi::{CDIConfig, DataVolume, DataVolumePhase};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, VolumeResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::json;
 
-/// PVC annotation: the PVC receives an upload.
-pub const ANN_UPLOAD_TARGET: &str = "cdi.kubevirt.io/storage.upload.target";
-/// PVC annotation: content type.
-pub const ANN_CONTENT_TYPE: &str = "cdi.kubevirt.io/storage.contentType";
-/// PVC annotation: the worker pod's phase.
-pub const ANN_POD_PHASE: &str = "cdi.kubevirt.io/storage.pod.phase";
-/// PVC annotation: the worker pod is ready.
-pub const ANN_POD_READY: &str = "cdi.kubevirt.io/storage.pod.ready";
-/// PVC annotation: the populator's PVC′.
-pub const ANN_PVC_PRIME: &str = "cdi.kubevirt.io/storage.populator.pvcPrime";
-/// PVC annotation: the DV uses populators.
-pub const ANN_USE_POPULATOR: &str = "cdi.kubevirt.io/storage.usePopulator";
-/// DV annotation: bind immediately (`--force-bind`).
-pub const ANN_IMMEDIATE_BINDING: &str = "cdi.kubevirt.io/storage.bind.immediate.requested";
 /// Name of the token request virtctl creates.
 pub const TOKEN_REQUEST_NAME: &str = "token-for-virtctl";
 /// Poll interval while waiting.
@@ -88,6 +78,16 @@ pub enum VolumeMode {
     Block,
     /// `Filesystem`.
     Filesystem,
+}
+
+impl VolumeMode {
+    /// The Kubernetes `volumeMode` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeMode::Block => "Block",
+            VolumeMode::Filesystem => "Filesystem",
+        }
+    }
 }
 
 /// What to create/upload into.
@@ -174,6 +174,13 @@ pub struct Plan {
     pub archive: bool,
 }
 
+impl Plan {
+    /// The content type of the upload.
+    pub fn content_type(&self) -> ContentType {
+        if self.archive { ContentType::Archive } else { ContentType::Kubevirt }
+    }
+}
+
 impl ImageUploadArgs {
     /// Checks flags and positional arguments as upstream does.
     pub fn plan(&self) -> Result<Plan> {
@@ -222,17 +229,36 @@ impl ImageUploadArgs {
 
     /// The DataVolume object this upload creates.
     pub fn datavolume(&self, plan: &Plan, namespace: &str, size: &str) -> serde_json::Value {
-        let mut storage = json!({"resources": {"requests": {"storage": size}}});
-        self.storage_fields(&mut storage);
-        let mut ann = serde_json::Map::new();
+        let mut storage = StorageSpec {
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".to_owned(), Quantity(size.to_owned()))])),
+                limits: None,
+            }),
+            storage_class_name: self.storage_class.clone(),
+            access_modes: self.access_mode.clone().map(|m| vec![m]),
+            ..Default::default()
+        };
+        storage.volume_mode = self.volume_mode().map(|m| m.as_str().to_owned());
+        let mut annotations = BTreeMap::new();
         if self.force_bind {
-            ann.insert(ANN_IMMEDIATE_BINDING.into(), json!(""));
+            annotations.insert(ann::BIND_IMMEDIATE.to_owned(), String::new());
         }
-        json!({
-            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-            "metadata": {"name": plan.name, "namespace": namespace, "annotations": ann},
-            "spec": {"source": {"upload": {}}, "contentType": if plan.archive { "archive" } else { "kubevirt" }, "storage": storage}
-        })
+        let dv = DataVolume {
+            metadata: ObjectMeta {
+                name: Some(plan.name.clone()),
+                namespace: Some(namespace.to_owned()),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            spec: DataVolumeSpec {
+                source: Some(DataVolumeSource { upload: Some(EmptySource {}), ..Default::default() }),
+                content_type: Some(plan.content_type()),
+                storage: Some(storage),
+                ..Default::default()
+            },
+            status: None,
+        };
+        serde_json::to_value(dv).unwrap_or_default()
     }
 
     /// The PVC this upload creates in PVC mode.
@@ -242,7 +268,7 @@ impl ImageUploadArgs {
         json!({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": plan.name, "namespace": namespace, "annotations": {
-                ANN_UPLOAD_TARGET: "", ANN_CONTENT_TYPE: if plan.archive { "archive" } else { "kubevirt" }
+                ann::UPLOAD_TARGET: "", ann::CONTENT_TYPE: plan.content_type().as_str()
             }},
             "spec": spec
         })
@@ -256,14 +282,8 @@ impl ImageUploadArgs {
             if let Some(am) = &self.access_mode {
                 o.insert("accessModes".into(), json!([am]));
             }
-            match self.volume_mode() {
-                Some(VolumeMode::Block) => {
-                    o.insert("volumeMode".into(), json!("Block"));
-                }
-                Some(VolumeMode::Filesystem) => {
-                    o.insert("volumeMode".into(), json!("Filesystem"));
-                }
-                None => {}
+            if let Some(m) = self.volume_mode() {
+                o.insert("volumeMode".into(), json!(m.as_str()));
             }
         }
     }
@@ -278,10 +298,6 @@ pub fn upload_path(async_status: Option<u16>) -> &'static str {
 pub fn normalize_proxy_url(url: &str) -> String {
     let u = if url.contains("://") { url.to_owned() } else { format!("https://{url}") };
     u.trim_end_matches('/').to_owned()
-}
-
-fn dv_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataVolume"), "datavolumes")
 }
 
 fn annotations(pvc: &PersistentVolumeClaim) -> BTreeMap<String, String> {
@@ -303,7 +319,7 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
         tokio::fs::File::open(&plan.path).await.map_err(|source| Error::File { path: plan.path.clone(), source })?;
     let file_size = file.metadata().await.map_err(|source| Error::File { path: plan.path.clone(), source })?.len();
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    let dvs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &dv_resource());
+    let dvs: Api<DataVolume> = Api::namespaced(client.clone(), namespace);
     let mut upload_pvc = plan.name.clone();
     match pvcs.get_opt(&plan.name).await.map_err(kerr(format!("getting PVC {namespace}/{}", plan.name)))? {
         None if args.no_create => {
@@ -318,7 +334,7 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
                 .ok_or_else(|| Error::Usage(String::from("when creating a resource, the size must be specified")))?;
             match plan.kind {
                 Kind::Dv => {
-                    let dv: DynamicObject = serde_json::from_value(args.datavolume(&plan, namespace, size))
+                    let dv: DataVolume = serde_json::from_value(args.datavolume(&plan, namespace, size))
                         .map_err(|e| Error::Usage(e.to_string()))?;
                     dvs.create(&PostParams::default(), &dv)
                         .await
@@ -337,15 +353,15 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
         }
         Some(pvc) => {
             let ann = annotations(&pvc);
-            if ann.get(ANN_POD_PHASE).map(String::as_str) == Some("Succeeded") {
+            if ann.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
                 return Err(Error::Refused(format!("PVC {} already successfully imported/cloned/updated", plan.name)));
             }
-            if plan.kind == Kind::Dv && ann.get(ANN_USE_POPULATOR).map(String::as_str) == Some("true") {
-                if let Some(prime) = ann.get(ANN_PVC_PRIME) {
+            if plan.kind == Kind::Dv && ann.get(ann::USE_POPULATOR).map(String::as_str) == Some("true") {
+                if let Some(prime) = ann.get(ann::POPULATOR_PVC_PRIME) {
                     upload_pvc = prime.clone();
                 }
-            } else if !ann.contains_key(ANN_UPLOAD_TARGET) {
-                let patch = json!({"metadata": {"annotations": {ANN_UPLOAD_TARGET: ""}}});
+            } else if !ann.contains_key(ann::UPLOAD_TARGET) {
+                let patch = json!({"metadata": {"annotations": {ann::UPLOAD_TARGET: ""}}});
                 pvcs.patch(&plan.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(kerr(format!("annotating PVC {namespace}/{}", plan.name)))?;
@@ -361,19 +377,24 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
             if let Some(dv) =
                 dvs.get_opt(&plan.name).await.map_err(kerr(format!("getting DataVolume {namespace}/{}", plan.name)))?
             {
-                let phase = dv.data.pointer("/status/phase").and_then(|v| v.as_str()).unwrap_or("");
+                let phase = dv.status.as_ref().and_then(|s| s.phase);
                 match phase {
-                    "UploadReady" => break,
-                    "Succeeded" => {
+                    Some(DataVolumePhase::UploadReady) => break,
+                    Some(DataVolumePhase::Succeeded) => {
                         return Err(Error::Refused(format!(
                             "DataVolume {} already successfully imported/cloned/updated",
                             plan.name
                         )));
                     }
-                    "Failed" => return Err(Error::Refused(format!("DataVolume {} failed", plan.name))),
-                    "WaitForFirstConsumer" | "PendingPopulation" if !args.force_bind => {
+                    Some(DataVolumePhase::Failed) => {
+                        return Err(Error::Refused(format!("DataVolume {} failed", plan.name)));
+                    }
+                    Some(p @ (DataVolumePhase::WaitForFirstConsumer | DataVolumePhase::PendingPopulation))
+                        if !args.force_bind =>
+                    {
                         return Err(Error::Refused(format!(
-                            "cannot upload to DataVolume in {phase} state, make sure the PVC is Bound, or use force-bind flag"
+                            "cannot upload to DataVolume in {} state, make sure the PVC is Bound, or use force-bind flag",
+                            p.as_str()
                         )));
                     }
                     _ => {}
@@ -384,7 +405,7 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
         Kind::Pvc => loop {
             if let Some(p) =
                 pvcs.get_opt(&upload_pvc).await.map_err(kerr(format!("getting PVC {namespace}/{upload_pvc}")))?
-                && annotations(&p).get(ANN_POD_READY).map(String::as_str) == Some("true")
+                && annotations(&p).get(ann::POD_READY).map(String::as_str) == Some("true")
             {
                 break;
             }
@@ -395,8 +416,8 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
     if plan.kind == Kind::Dv
         && let Some(p) =
             pvcs.get_opt(&plan.name).await.map_err(kerr(format!("getting PVC {namespace}/{}", plan.name)))?
-        && annotations(&p).get(ANN_USE_POPULATOR).map(String::as_str) == Some("true")
-        && let Some(prime) = annotations(&p).get(ANN_PVC_PRIME)
+        && annotations(&p).get(ann::USE_POPULATOR).map(String::as_str) == Some("true")
+        && let Some(prime) = annotations(&p).get(ann::POPULATOR_PVC_PRIME)
     {
         upload_pvc = prime.clone();
     }
@@ -404,16 +425,10 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
     let proxy = match &args.uploadproxy_url {
         Some(u) => normalize_proxy_url(u),
         None => {
-            let cfg_api: Api<DynamicObject> = Api::all_with(
-                client.clone(),
-                &ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDIConfig"),
-                    "cdiconfigs",
-                ),
-            );
-            let cfg = cfg_api.get_opt("config").await.map_err(kerr("getting CDIConfig config"))?;
+            let cfg_api: Api<CDIConfig> = Api::all(client.clone());
+            let cfg = cfg_api.get_opt(crds::cdi::config::CDI_CONFIG_NAME).await.map_err(kerr("getting CDIConfig config"))?;
             let url = cfg
-                .and_then(|c| c.data.pointer("/status/uploadProxyURL").and_then(|v| v.as_str()).map(str::to_owned))
+                .and_then(|c| c.status?.upload_proxy_url)
                 .filter(|u| !u.is_empty())
                 .ok_or_else(|| Error::Usage(String::from("uploadproxy URL not found")))?;
             normalize_proxy_url(&url)
@@ -452,14 +467,14 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
     loop {
         if let Some(p) =
             pvcs.get_opt(&upload_pvc).await.map_err(kerr(format!("getting PVC {namespace}/{upload_pvc}")))?
-            && annotations(&p).get(ANN_POD_PHASE).map(String::as_str) == Some("Succeeded")
+            && annotations(&p).get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded")
         {
             break;
         }
         if plan.kind == Kind::Dv
             && let Some(dv) =
                 dvs.get_opt(&plan.name).await.map_err(kerr(format!("getting DataVolume {namespace}/{}", plan.name)))?
-            && dv.data.pointer("/status/phase").and_then(|v| v.as_str()) == Some("Succeeded")
+            && dv.status.and_then(|s| s.phase) == Some(DataVolumePhase::Succeeded)
         {
             break;
         }
@@ -472,12 +487,12 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
 /// Creates an `UploadTokenRequest` for PVC `pvc` and returns the token.
 pub async fn request_token(client: &kube::Client, namespace: &str, pvc: &str) -> Result<String> {
     let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("upload.cdi.kubevirt.io", "v1beta1", "UploadTokenRequest"),
-        "uploadtokenrequests",
+        &GroupVersionKind::gvk(upload_token::GROUP, upload_token::VERSION, upload_token::KIND),
+        upload_token::RESOURCE,
     );
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
     let req: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "upload.cdi.kubevirt.io/v1beta1", "kind": "UploadTokenRequest",
+        "apiVersion": format!("{}/{}", upload_token::GROUP, upload_token::VERSION), "kind": upload_token::KIND,
         "metadata": {"name": TOKEN_REQUEST_NAME, "namespace": namespace},
         "spec": {"pvcName": pvc}
     }))
@@ -611,7 +626,7 @@ mod tests {
         assert_eq!(
             dv,
             json!({"apiVersion":"cdi.kubevirt.io/v1beta1","kind":"DataVolume",
-                "metadata":{"name":"disk","namespace":"ns","annotations":{ANN_IMMEDIATE_BINDING:""}},
+                "metadata":{"name":"disk","namespace":"ns","annotations":{ann::BIND_IMMEDIATE:""}},
                 "spec":{"source":{"upload":{}},"contentType":"kubevirt","storage":{
                     "resources":{"requests":{"storage":"2Gi"}},"storageClassName":"local",
                     "accessModes":["ReadWriteMany"],"volumeMode":"Block"}}})

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crds::datavolume::{ConditionStatus, ConditionType, DataVolume, DataVolumeCondition, DataVolumePhase};
+use crds::cdi::datavolume::{ConditionStatus, ConditionType, DataVolume, DataVolumeCondition, DataVolumePhase};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};

@@ -5,6 +5,18 @@
 /// API group of CDI's resources.
 pub const GROUP: &str = "cdi.kubevirt.io";
 
+/// The upload token API (`cdi-apiserver`, an aggregated API): virtctl asks it for a token bound to a PVC.
+pub mod upload_token {
+    /// API group.
+    pub const GROUP: &str = "upload.cdi.kubevirt.io";
+    /// API version.
+    pub const VERSION: &str = "v1beta1";
+    /// Kind.
+    pub const KIND: &str = "UploadTokenRequest";
+    /// Resource (plural).
+    pub const RESOURCE: &str = "uploadtokenrequests";
+}
+
 /// PVC and pod annotation keys (`cdi.kubevirt.io/…`).
 pub mod ann {
     /// Import source kind (`http`, `s3`, `registry`, `none`, …).

@@ -1,7 +1,7 @@
 //! `DataVolume` (`cdi.kubevirt.io/v1beta1`): the typed request "put this image into a new PVC".
 //!
 //! Field names and JSON shapes follow upstream's `types.go` exactly; validation lives in the CRD schema as CEL
-//! rules (see [`crate::crd`]).
+//! rules (see [`crate::cdi::crd`]).
 
 use std::collections::BTreeMap;
 
