@@ -1,36 +1,84 @@
 #!/usr/bin/env bash
-# Runs the qcow2 fuzz target for a bounded time (default 60 s): `scripts/fuzz.sh [SECONDS]`.
-# With FUZZ_RUNS=N it instead runs exactly N inputs with a fixed seed from the seed corpus (deterministic:
+# Runs the fuzz targets, each for a bounded time (default 60 s): `scripts/fuzz.sh [SECONDS] [TARGET...]`.
+# Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter) and parent (the parent-image
+# finder of the formats delegated to qemu-img: vhd, vhdx, vmdk, vdi).
+# With FUZZ_RUNS=N each target instead runs exactly N inputs with a fixed seed from its seed corpus (deterministic:
 # what the test command uses, so CI cannot flake on a new random find; open-ended hunting is the timed mode).
-# Installs cargo-fuzz and the nightly toolchain when missing, seeds the corpus with small images made by
-# qemu-img (every qcow2 variant the importer supports), and fails if the fuzzer finds a crash.
+# Installs cargo-fuzz and the nightly toolchain when missing, seeds each corpus with small images made by qemu-img
+# (qcow2: every variant the importer supports; parent: each delegated format, plain and as a child image), and
+# fails if the fuzzer finds a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 parent)
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 
-SEEDS=fuzz/corpus/qcow2
-mkdir -p "$SEEDS"
-if [ -z "$(ls -A "$SEEDS")" ]; then
-  W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+
+# put FILE OFFSET HEX...: writes bytes into FILE at OFFSET without truncating it.
+put() { local f=$1 at=$2; shift 2; printf "$(printf '\\x%s' "$@")" | dd of="$f" bs=1 seek="$at" conv=notrunc status=none; }
+
+seed_qcow2() {
+  local seeds=$1 i=0 o
   truncate -s 4M "$W/r.raw"
   { yes 'fuzz seed data' | head -c 300K >"$W/t.bin"; } || true
   dd if="$W/t.bin" of="$W/r.raw" bs=64K seek=3 conv=notrunc status=none
-  i=0
   for o in compat=0.10 compat=1.1 cluster_size=512 cluster_size=2M extended_l2=on,cluster_size=64k \
            compression_type=zstd; do
     i=$((i+1))
-    qemu-img convert -O qcow2 -o "$o" "$W/r.raw" "$SEEDS/seed$i.qcow2"
-    qemu-img convert -c -O qcow2 -o "$o" "$W/r.raw" "$SEEDS/seedc$i.qcow2" 2>/dev/null || true
+    qemu-img convert -O qcow2 -o "$o" "$W/r.raw" "$seeds/seed$i.qcow2"
+    qemu-img convert -c -O qcow2 -o "$o" "$W/r.raw" "$seeds/seedc$i.qcow2" 2>/dev/null || true
   done
-  qemu-img create -q -f qcow2 "$SEEDS/empty.qcow2" 1M
-fi
-cd fuzz
-if [ -n "${FUZZ_RUNS:-}" ]; then
-  LIMIT=(-runs="$FUZZ_RUNS" -seed=1)
-else
-  LIMIT=(-max_total_time="$SECS")
-fi
-cargo +nightly fuzz run qcow2 "corpus/qcow2" -- "${LIMIT[@]}" -max_len=262144 -rss_limit_mb=1024
+  qemu-img create -q -f qcow2 "$seeds/empty.qcow2" 1M
+}
+
+seed_parent() {
+  local seeds=$1
+  truncate -s 1M "$W/p.raw"
+  { yes 'fuzz seed data' | head -c 100K >"$W/t.bin"; } || true
+  dd if="$W/t.bin" of="$W/p.raw" bs=64K seek=2 conv=notrunc status=none
+  qemu-img convert -O vpc "$W/p.raw" "$seeds/dyn.vhd"
+  cp "$seeds/dyn.vhd" "$seeds/diff.vhd"
+  put "$seeds/diff.vhd" 60 00 00 00 04 # disk type 4: differencing (footer copy at offset 0)
+  qemu-img convert -O vmdk "$W/p.raw" "$seeds/sparse.vmdk"
+  qemu-img convert -O vmdk -o subformat=streamOptimized "$W/p.raw" "$seeds/stream.vmdk"
+  cp "$seeds/sparse.vmdk" "$W/base.vmdk"
+  (cd "$W" && qemu-img create -q -f vmdk -b base.vmdk -F vmdk child.vmdk)
+  cp "$W/child.vmdk" "$seeds/child.vmdk"
+  qemu-img convert -O vdi "$W/p.raw" "$seeds/dyn.vdi"
+  cp "$seeds/dyn.vdi" "$seeds/diff.vdi"
+  put "$seeds/diff.vdi" $((0x4c)) 04 00 00 00 # image type 4: differencing
+  # VHDX: qemu-img puts the metadata region at 3 MiB, past the inputs' size limit. A compact copy: the header
+  # area and both region tables, then the metadata table and its items at 320 KiB, the region tables pointing
+  # there (their checksums go stale; the parent finder does not check them).
+  qemu-img convert -O vhdx "$W/p.raw" "$W/full.vhdx"
+  head -c $((320 << 10)) "$W/full.vhdx" >"$seeds/compact.vhdx"
+  dd if="$W/full.vhdx" bs=64K skip=48 count=2 status=none >>"$seeds/compact.vhdx"
+  local at
+  for at in $((0x30040)) $((0x40040)); do put "$seeds/compact.vhdx" "$at" 00 00 05 00 00 00 00 00; done
+  cp "$seeds/compact.vhdx" "$seeds/parent.vhdx"
+  put "$seeds/parent.vhdx" $(((320 << 10) + (64 << 10) + 4)) 02 00 00 00 # file parameters: has parent
+}
+
+for t in "${TARGETS[@]}"; do
+  case $t in
+    qcow2) max_len=262144 ;;
+    parent) max_len=524288 ;;
+    *) echo "unknown fuzz target $t (expected qcow2 or parent)" >&2; exit 2 ;;
+  esac
+  SEEDS=fuzz/corpus/$t
+  mkdir -p "$SEEDS"
+  if [ -z "$(ls -A "$SEEDS")" ]; then
+    "seed_$t" "$SEEDS"
+  fi
+  if [ -n "${FUZZ_RUNS:-}" ]; then
+    LIMIT=(-runs="$FUZZ_RUNS" -seed=1)
+  else
+    LIMIT=(-max_total_time="$SECS")
+  fi
+  (cd fuzz && cargo +nightly fuzz run "$t" "corpus/$t" -- "${LIMIT[@]}" -max_len="$max_len" -rss_limit_mb=1024)
+done

@@ -9,4 +9,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+# The pinned toolchain (rust-toolchain.toml): when the installed stable is that version, make it available under
+# the pinned name (a symlink in rustup's toolchain directory, as `rustup toolchain link` refuses channel names);
+# else install it. Every later cargo/rustup call in this checkout uses it.
+want=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
+if ! rustup run "$want" rustc --version >/dev/null 2>&1; then
+  if rustup run stable rustc --version 2>/dev/null | grep -q "^rustc $want "; then
+    host=$(rustup run stable rustc -vV | sed -n 's/^host: //p')
+    ln -sfn "$(rustup run stable rustc --print sysroot)" "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$want-$host"
+  else
+    rustup toolchain install "$want" --profile minimal
+  fi
+fi
+rustup run "$want" cargo-clippy --version >/dev/null 2>&1 || rustup component add --toolchain "$want" clippy
+rustup run "$want" rustfmt --version >/dev/null 2>&1 || rustup component add --toolchain "$want" rustfmt

@@ -29,7 +29,7 @@ tests/infra/registry-env.sh up
 step "workspace tests"
 cargo test --workspace --no-fail-fast
 
-step "fuzz smoke (qcow2 parser and converter, deterministic)"
+step "fuzz smoke (qcow2 parser and converter, parent-image finder; deterministic)"
 FUZZ_RUNS=3000 scripts/fuzz.sh
 
 # --- cluster tests (issue 4) go below this line ---
@@ -51,7 +51,7 @@ tests/cluster/install-deps.sh
   }
   cargo test -p kube-test-support --test cluster -- --ignored --test-threads=4 || cluster_failed
   step "DataVolume controller on the cluster (issue 5)"
-  cargo test -p kube-test-support --test datavolume -- --ignored --test-threads=4 || cluster_failed
+  cargo test -p datavolume-controller --test cluster -- --ignored --test-threads=4 || cluster_failed
   step "upload path on the cluster (issue 6)"
   cargo test -p uploader --test cluster -- --ignored --test-threads=2 || cluster_failed
 )

@@ -1,6 +1,8 @@
 //! Hostile and broken input: every case must fail with a non-zero exit, one specific line on stderr (substrings:
 //! tests/src/messages.rs), no panic, and no DEST left behind — from a local path and from nginx.
-//! Images are qemu-img-made (tests/infra/import-env.sh) and patched here (tests/src/hostile.rs).
+//! Images are qemu-img-made (tests/infra/import-env.sh) and patched here (tests/src/hostile.rs). Also: child images
+//! of the formats delegated to qemu-img, qemu-img stopped by its resource limits or a signal, and virtual sizes
+//! larger than the target filesystem's largest file.
 //!
 //! Needs `tests/infra/import-env.sh up`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
@@ -45,6 +47,42 @@ fn base_qcow2(dir: &Path) -> PathBuf {
 
 fn corpus_copy(dir: &Path, name: &str) -> PathBuf {
     h::copy_to(&entry(name).path, dir, &format!("hostile-{name}"))
+}
+
+/// Runs qemu-img in `dir`; panics with its stderr when it fails.
+fn qemu_img(dir: &Path, args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new("qemu-img").args(args).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "qemu-img {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// A child vmdk made by qemu-img (`create -b`) over a copy of the corpus' sparse vmdk.
+fn vmdk_child(d: &Path) -> PathBuf {
+    let base = corpus_copy(d, "vmdk-sparse.vmdk");
+    let base = base.file_name().unwrap().to_str().unwrap();
+    qemu_img(d, &["create", "-q", "-f", "vmdk", "-b", base, "-F", "vmdk", "child.vmdk"]);
+    d.join("child.vmdk")
+}
+
+/// A differencing VHD: the corpus' dynamic VHD made disk type 4 with a parent (checksums fixed).
+fn vhd_differencing(d: &Path) -> PathBuf {
+    let f = corpus_copy(d, "vpc-dyn.vpc");
+    h::vhd_make_differencing(&f, "base.vhd");
+    f
+}
+
+/// A VHDX with a parent locator but without the has-parent flag (qemu-img reads it alone).
+fn vhdx_locator_only(d: &Path) -> PathBuf {
+    let f = corpus_copy(d, "vhdx-dyn.vhdx");
+    h::vhdx_add_parent_locator(&f, "base.vhdx");
+    f
+}
+
+/// A vmdk delta disk without a parentFileNameHint (qemu-img reads it alone).
+fn vmdk_parent_cid_only(d: &Path, name: &str) -> PathBuf {
+    let f = corpus_copy(d, name);
+    h::vmdk_descriptor_replace(&f, "parentCID=ffffffff", "parentCID=0badc0de");
+    f
 }
 
 fn run_case(test: &str, http: bool, craft: fn(&Path) -> Craft, expect: &[&str]) {
@@ -316,6 +354,247 @@ hostile_cases! {
     big_qcow2_xz_larger_than_size: |d| {
         Craft::new(corpus_copy(d, "big5g.qcow2.xz")).arg("--size").arg("1Gi")
     } => msg::TOO_LARGE;
+
+    // --- child images of the formats delegated to qemu-img: refused whatever `qemu-img info` reports ---
+    vmdk_child_made_by_qemu_img: |d| Craft::new(vmdk_child(d)).with_scratch() => msg::PARENT_IMAGE;
+    vmdk_parent_cid_without_hint: |d| {
+        Craft::new(vmdk_parent_cid_only(d, "vmdk-sparse.vmdk")).with_scratch()
+    } => msg::PARENT_IMAGE;
+    vmdk_stream_optimized_parent_cid: |d| {
+        Craft::new(vmdk_parent_cid_only(d, "vmdk-stream.vmdk")).with_scratch()
+    } => msg::PARENT_IMAGE;
+    vhd_differencing_disk: |d| Craft::new(vhd_differencing(d)).with_scratch() => msg::PARENT_IMAGE;
+    vhdx_has_parent_flag: |d| {
+        let f = corpus_copy(d, "vhdx-dyn.vhdx");
+        h::vhdx_set_has_parent(&f);
+        Craft::new(f).with_scratch()
+    } => msg::PARENT_IMAGE;
+    vhdx_parent_locator: |d| Craft::new(vhdx_locator_only(d)).with_scratch() => msg::PARENT_IMAGE;
+    vdi_differencing: |d| {
+        let f = corpus_copy(d, "vdi-dyn.vdi");
+        h::vdi_set_type(&f, 4);
+        Craft::new(f).with_scratch()
+    } => msg::PARENT_IMAGE;
+    vdi_undo: |d| {
+        let f = corpus_copy(d, "vdi-dyn.vdi");
+        h::vdi_set_type(&f, 3);
+        Craft::new(f).with_scratch()
+    } => msg::PARENT_IMAGE;
+    vdi_parent_uuid: |d| {
+        let f = corpus_copy(d, "vdi-static.vdi");
+        h::vdi_set_parent_uuid(&f, [0x42; 16]);
+        Craft::new(f).with_scratch()
+    } => msg::PARENT_IMAGE;
+}
+
+// ----- child images: what qemu-img misses, what info reports ------------------------------------------------------
+
+/// The defect the child-image cases guard against: qemu-img reads these as standalone disks (no backing file
+/// reported, convert succeeds and writes only the child layer), so only the importer's reading of the bytes can
+/// refuse them. (qemu-img refuses VHDX children itself, as "Operation not supported".)
+#[test]
+fn qemu_img_reads_these_child_images_as_standalone_disks() {
+    let out = OutDir::new("hostile-children-qemu-img");
+    let d = out.path();
+    for (f, fmt) in [
+        (vhd_differencing(d), "vpc"),
+        (vmdk_parent_cid_only(d, "vmdk-sparse.vmdk"), "vmdk"),
+        (vmdk_parent_cid_only(d, "vmdk-stream.vmdk"), "vmdk"),
+    ] {
+        let name = f.to_str().unwrap();
+        let info = qemu_img(d, &["info", "-f", fmt, "--output=json", name]);
+        let j: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+        assert!(j.get("backing-filename").is_none(), "qemu-img now reports a backing file for {name}: {j}");
+        qemu_img(d, &["convert", "-f", fmt, "-O", "raw", name, "converted.raw"]);
+    }
+}
+
+#[test]
+fn info_reports_child_images() {
+    let out = OutDir::new("hostile-children-info");
+    let d = out.path();
+    let vdi = corpus_copy(d, "vdi-dyn.vdi");
+    h::vdi_set_type(&vdi, 4);
+    for f in
+        [vhd_differencing(d), vhdx_locator_only(d), vmdk_parent_cid_only(d, "vmdk-stream.vmdk"), vmdk_child(d), vdi]
+    {
+        let run = Cmd::info(&f).run();
+        assert_success(&run);
+        assert_eq!(run.json()["backing_file"].as_bool(), Some(true), "info {}\n{}", f.display(), run.describe());
+    }
+}
+
+// ----- qemu-img resource limits -------------------------------------------------------------------------------------
+
+/// A real hostile vmdk: eight extents of an 8 TiB sparse file at 512-byte grains make `qemu-img info` allocate
+/// about 2 GiB (RSS 2.1 GiB without limits). Under its 1 GiB address space limit it fails, and the error says so.
+#[test]
+fn qemu_img_info_out_of_memory_is_reported() {
+    let out = OutDir::new("hostile-qemu-img-memory");
+    let src = h::vmdk_memory_bomb(out.path());
+    let dest = out.join("dest.img");
+    let run = Cmd::import(&src, &dest).run();
+    assert_failed(&run, &dest, msg::QEMU_IMG_OUT_OF_MEMORY);
+    assert!(run.stderr.contains("qemu-img info ran out of memory (address space limit 1 GiB)"), "{}", run.describe());
+}
+
+/// An executable script in `dir` used as `QEMU_IMG`.
+fn fake_qemu_img(dir: &Path, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("fake-qemu-img");
+    fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// Imports a copy of the corpus' sparse vmdk with `QEMU_IMG` running `body`; returns the run.
+fn import_with_qemu_img(test: &str, body: &str, expect: &[&str]) -> Output {
+    let out = OutDir::new(test);
+    let src = corpus_copy(out.path(), "vmdk-sparse.vmdk");
+    let fake = fake_qemu_img(out.path(), body);
+    let dest = out.join("dest.img");
+    let run = Cmd::import(&src, &dest).env("QEMU_IMG", fake.to_str().unwrap()).run();
+    assert_failed(&run, &dest, expect);
+    run
+}
+
+/// Prints the limits the script runs under on one stderr line.
+const PRINT_LIMITS: &str = "sleep 0.3; echo \"$(grep -E 'Max (cpu time|address space|core file size)' /proc/self/limits \
+                            | tr -s ' ' | tr '\\n' ';') arenas=$MALLOC_ARENA_MAX\" >&2";
+
+/// `qemu-img info` and `check` run with 1 GiB of address space, 30 s of CPU (SIGKILL 5 s later) and no core dumps.
+#[test]
+fn qemu_img_info_runs_with_limits() {
+    let run = import_with_qemu_img("hostile-qemu-img-limits-info", &format!("{PRINT_LIMITS}; exit 1"), &[]);
+    for want in
+        ["Max cpu time 30 35 seconds", "Max address space 1073741824 1073741824 bytes", "Max core file size 0 0"]
+    {
+        assert!(run.stderr.contains(want), "qemu-img info should run with `{want}`\n{}", run.describe());
+    }
+}
+
+/// `qemu-img convert` runs with 2 GiB of address space, 60 s + 30 s per GiB of CPU and a few malloc arenas.
+#[test]
+fn qemu_img_convert_runs_with_limits() {
+    let body = format!("case \"$1\" in convert) {PRINT_LIMITS}; exit 1;; *) exec qemu-img \"$@\";; esac");
+    let run = import_with_qemu_img("hostile-qemu-img-limits-convert", &body, &[]);
+    // the image is 24 MiB: one GiB started
+    for want in ["Max cpu time 90 95 seconds", "Max address space 2147483648 2147483648 bytes", "arenas=4"] {
+        assert!(run.stderr.contains(want), "qemu-img convert should run with `{want}`\n{}", run.describe());
+    }
+}
+
+#[test]
+fn qemu_img_killed_by_a_signal_is_reported() {
+    let run = import_with_qemu_img("hostile-qemu-img-sigkill", "kill -KILL $$", &["killed by signal 9 (SIGKILL)"]);
+    assert!(run.stderr.contains("qemu-img info was killed by signal 9 (SIGKILL)"), "{}", run.describe());
+}
+
+/// What the CPU limit ends qemu-img with (the limit itself is exercised by the importer's unit tests).
+#[test]
+fn qemu_img_cpu_limit_is_reported() {
+    let run = import_with_qemu_img("hostile-qemu-img-sigxcpu", "kill -XCPU $$", &["CPU time limit"]);
+    assert!(run.stderr.contains("qemu-img info exceeded its CPU time limit of 30 s"), "{}", run.describe());
+}
+
+#[test]
+fn qemu_img_failing_silently_names_its_status() {
+    let run = import_with_qemu_img("hostile-qemu-img-silent", "exit 7", &["exited with status 7 without a message"]);
+    assert!(!run.stderr.contains("failed without a message"), "{}", run.describe());
+}
+
+// ----- virtual sizes the target filesystem cannot hold -------------------------------------------------------------
+
+/// A directory on a filesystem whose largest file is below 64 TiB: the out dir when it is on ext2/3/4 (4 KiB
+/// blocks: 16 TiB), else a small ext4 filesystem mounted from a loop device (unmounted on drop).
+struct SmallFs {
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl SmallFs {
+    fn new(out: &OutDir) -> SmallFs {
+        const EXT_MAGIC: u64 = 0xEF53;
+        let on_ext = rustix::fs::statfs(out.path()).map(|s| s.f_type as u64 == EXT_MAGIC).unwrap();
+        if on_ext {
+            return SmallFs { dir: out.path().to_path_buf(), mounted: false };
+        }
+        let img = out.join("ext4.img");
+        fs::File::create(&img).unwrap().set_len(64 * MIB).unwrap();
+        let mkfs = std::process::Command::new("mkfs.ext4").args(["-q", "-F", "-b", "4096"]).arg(&img).output().unwrap();
+        assert!(mkfs.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&mkfs.stderr));
+        let dir = out.join("ext4");
+        fs::create_dir_all(&dir).unwrap();
+        let mount = std::process::Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&dir).output().unwrap();
+        assert!(mount.status.success(), "mount -o loop (needs root): {}", String::from_utf8_lossy(&mount.stderr));
+        SmallFs { dir, mounted: true }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = std::process::Command::new("umount").arg(&self.dir).status();
+        }
+    }
+}
+
+/// Imports `src` (made in `d` by `make`) into a 16-TiB-limited filesystem: fails before writing, naming the
+/// requested size and the filesystem's largest file, which is checked to be exactly that.
+fn too_large_for_the_filesystem(test: &str, make: fn(&Path) -> PathBuf, extra: &[&str], requested: u64) {
+    let out = OutDir::new(test);
+    let fs_dir = SmallFs::new(&out);
+    let src = make(out.path());
+    let dest = fs_dir.dir.join("dest.img");
+    let run = Cmd::import(&src, &dest).args(extra).run();
+    assert_failed(&run, &dest, msg::FILE_TOO_LARGE);
+    let line = run.stderr_lines().last().copied().unwrap_or_default().to_owned();
+    assert!(line.contains(&format!("target size {requested} bytes")), "{}", run.describe());
+    let max: u64 = line
+        .rsplit_once('(')
+        .and_then(|(_, m)| m.strip_suffix(" bytes)"))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no largest size in the message\n{}", run.describe()));
+    let probe = fs_dir.dir.join("probe");
+    let f = fs::File::create(&probe).unwrap();
+    f.set_len(max).unwrap_or_else(|e| panic!("the reported largest size {max} does not fit: {e}"));
+    let e = f.set_len(max + 1).err().and_then(|e| e.raw_os_error());
+    assert_eq!(e, Some(27), "a file of {} bytes (reported largest + 1) should be EFBIG", max + 1);
+    drop(f);
+    fs::remove_file(&probe).unwrap();
+}
+
+const TIB64: u64 = 64 << 40;
+
+#[test]
+fn qcow2_larger_than_the_filesystem_allows() {
+    too_large_for_the_filesystem(
+        "hostile-efbig-qcow2",
+        |d| {
+            qemu_img(d, &["create", "-q", "-f", "qcow2", "big.qcow2", "64T"]);
+            d.join("big.qcow2")
+        },
+        &[],
+        TIB64,
+    );
+}
+
+#[test]
+fn vhdx_larger_than_the_filesystem_allows() {
+    too_large_for_the_filesystem(
+        "hostile-efbig-vhdx",
+        |d| {
+            qemu_img(d, &["create", "-q", "-f", "vhdx", "big.vhdx", "64T"]);
+            d.join("big.vhdx")
+        },
+        &[],
+        TIB64,
+    );
+}
+
+#[test]
+fn size_larger_than_the_filesystem_allows() {
+    too_large_for_the_filesystem("hostile-efbig-size", |d| corpus_copy(d, "tiny.raw"), &["--size", "64Ti"], TIB64);
 }
 
 // ----- patched but valid: must import like qemu-img -------------------------------------------------------------

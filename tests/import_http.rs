@@ -1,5 +1,6 @@
 //! HTTP sources: Range vs no Range, redirects, basic auth, TLS, extra headers, checksums, and misbehaving
-//! servers (503s, resets, stalls, lying Content-Length, HEAD refused, text/html).
+//! servers (503s, resets, stalls, lying Content-Length, HEAD refused, text/html, requests never answered: also for
+//! the S3 and registry sources).
 //!
 //! Needs `tests/infra/import-env.sh up`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
@@ -8,7 +9,7 @@ use std::fs;
 use std::time::Duration;
 
 use integration_tests::messages as msg;
-use integration_tests::server::{Behavior, TestServer};
+use integration_tests::server::{Behavior, Silence, TestServer};
 use integration_tests::*;
 
 /// Imports `source` (expected to produce corpus entry `name`) with extra args; asserts success and content.
@@ -555,4 +556,99 @@ fn test_server_serves_ranges() {
     let srv = TestServer::start(&e.path, Behavior::Normal);
     ok("http-testserver-normal", "q2-snap.qcow2", &srv.url(), &[]);
     assert!(srv.requests() >= 1);
+}
+
+// ----- servers that accept and never answer ----------------------------------------------------------------------
+// Every wait on the network (connect, response headers, body) is bounded by --stall-timeout and retried like a
+// stalled body (--retries); a server that never sends a status line must not hang the import.
+
+/// Stall timeout and retries of the silent-server runs (small: each wait costs one stall timeout).
+const SILENT_ARGS: [&str; 4] = ["--stall-timeout", "1", "--retries", "2"];
+
+/// Runs `importer import SOURCE [ARGS]` (from `source`) against a server silent for `which` and checks the
+/// failure contract: a timeout named on the last line, bounded time, DEST gone.
+fn silent_fails(
+    test: &str,
+    file: &std::path::Path,
+    which: Silence,
+    source: impl FnOnce(&TestServer) -> (String, Vec<String>),
+) -> TestServer {
+    let srv = TestServer::start(file, Behavior::Silent { which });
+    let out = OutDir::new(test);
+    let dest = out.join("disk.img");
+    let (source, args) = source(&srv);
+    let run = Cmd::import(source, &dest).args(args).args(SILENT_ARGS).timeout(Duration::from_secs(120)).run();
+    assert_failed_with(&run, Some(&dest), msg::STALLED, false);
+    assert!(
+        run.elapsed < Duration::from_secs(60),
+        "took {:?} against a silent server\n{}",
+        run.elapsed,
+        run.describe()
+    );
+    assert!(srv.faults() >= 1, "the server answered everything\n{}", srv.log());
+    srv
+}
+
+/// Accepts, never answers HEAD nor GET: the HEAD (tolerated when it fails) and every GET attempt time out.
+#[test]
+fn no_response_headers_fails() {
+    let srv = silent_fails("http-silent-all", &entry("base.raw.gz").path, Silence::All, |srv| (srv.url(), Vec::new()));
+    // one HEAD, then the GET and its 2 retries, as for a stalled body
+    assert_eq!(srv.requests(), 4, "connections seen:\n{}", srv.log());
+}
+
+/// HEAD is answered, the GET never is.
+#[test]
+fn no_response_to_get_fails() {
+    let srv = silent_fails("http-silent-get", &entry("base.raw.gz").path, Silence::Get, |srv| (srv.url(), Vec::new()));
+    assert_eq!(srv.requests(), 4, "requests seen:\n{}", srv.log());
+    assert!(srv.log().starts_with("HEAD "), "{}", srv.log());
+}
+
+/// The stream is served, the ranged reads a qcow2 needs for out-of-order data never are. The image has its L1
+/// table moved to the end of the file, so every data cluster streams past before it is mapped and is read again
+/// with Range (checked first against a well-behaved server).
+#[test]
+fn no_response_to_ranged_get_fails() {
+    use integration_tests::hostile::{self as h, off};
+    let dir = OutDir::new("http-silent-range-src");
+    let f = h::copy_to(&entry("q2-v3.qcow2").path, dir.path(), "l1-at-end.qcow2");
+    let hd = h::Qcow2Header::read(&f);
+    let l1 = h::read_bytes(&f, hd.l1_table_offset, hd.l1_size as usize * 8);
+    let at = file_len(&f).div_ceil(hd.cluster_size()) * hd.cluster_size();
+    h::patch(&f, at, &l1);
+    h::set_be64(&f, off::L1_TABLE_OFFSET, at);
+    let good = TestServer::start(&f, Behavior::Normal);
+    let out = OutDir::new("http-silent-range-control");
+    let dest = out.join("disk.img");
+    assert_success(&Cmd::import(good.url(), &dest).run());
+    assert_matches_qemu(&dest, &f, out.path());
+    assert!(good.log().contains("range=Some"), "the control import made no ranged request:\n{}", good.log());
+    let srv = silent_fails("http-silent-range", &f, Silence::Ranged, |srv| (srv.url(), Vec::new()));
+    assert!(srv.log().contains("range=Some"), "no ranged request was made:\n{}", srv.log());
+}
+
+/// `importer info` waits no longer than `import`.
+#[test]
+fn info_no_response_fails() {
+    let srv = TestServer::start(&entry("base.raw.gz").path, Behavior::Silent { which: Silence::All });
+    let run = Cmd::info(srv.url()).args(SILENT_ARGS).timeout(Duration::from_secs(120)).run();
+    assert_failed_with(&run, None, msg::STALLED, false);
+    assert!(run.elapsed < Duration::from_secs(60), "took {:?}\n{}", run.elapsed, run.describe());
+}
+
+/// An S3 endpoint that accepts and never answers: HEAD and GET time out (the SDK retries them).
+#[test]
+fn s3_no_response_fails() {
+    silent_fails("s3-silent", &entry("base.raw.gz").path, Silence::All, |srv| {
+        ("s3://bucket/disk.img".into(), vec!["--s3-endpoint".into(), format!("http://{}", srv.addr)])
+    });
+}
+
+/// A registry that accepts and never answers (not even the TLS handshake).
+#[test]
+fn registry_no_response_fails() {
+    silent_fails("registry-silent", &entry("base.raw.gz").path, Silence::All, |srv| {
+        (format!("docker://{}/disk:latest", srv.addr), Vec::new())
+    });
 }

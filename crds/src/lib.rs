@@ -10,7 +10,10 @@
 //! Validation that upstream's admission webhooks perform is expressed as CEL rules in the CRD schemas, so the
 //! real API server enforces it with upstream's messages.
 //!
-//! This crate holds types and pure functions only: no I/O, no runtime.
+//! This crate holds types and pure functions only: no I/O, no runtime. The wire contracts the workers share
+//! (constants, annotations, environments, termination messages) are in the `contracts` crate.
+
+#![deny(missing_docs)]
 
 pub mod cdi;
 pub mod crd;

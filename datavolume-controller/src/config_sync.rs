@@ -5,12 +5,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use contracts::cdi::sizing::format_overhead;
+use controller_runtime::api::create_if_absent;
 use crds::cdi::config::{
     CDI_CONFIG_NAME, CDIConfig, CDIConfigStatus, ClaimPropertySet, FilesystemOverhead, StorageProfile,
     StorageProfileStatus,
 };
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::{Context, default_resources};
@@ -25,10 +27,7 @@ pub fn effective_status(
     overhead: impl Fn(Option<&str>) -> f64,
 ) -> CDIConfigStatus {
     let spec = cfg.map(|c| c.spec.clone()).unwrap_or_default();
-    let fmt = |o: f64| {
-        let s = format!("{o:.3}");
-        s.trim_end_matches('0').trim_end_matches('.').to_owned()
-    };
+    let fmt = format_overhead;
     CDIConfigStatus {
         upload_proxy_url: spec.upload_proxy_url_override.clone(),
         upload_proxy_ca: None,
@@ -49,12 +48,7 @@ pub fn effective_status(
 async fn sync_once(ctx: &Context) -> Result<(), kube::Error> {
     let configs: Api<CDIConfig> = Api::all(ctx.client.clone());
     if ctx.cdi_config().is_none() && configs.get_opt(CDI_CONFIG_NAME).await?.is_none() {
-        let cfg = CDIConfig::new(CDI_CONFIG_NAME, Default::default());
-        match configs.create(&PostParams::default(), &cfg).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e),
-        }
+        create_if_absent(&configs, &CDIConfig::new(CDI_CONFIG_NAME, Default::default())).await?;
     }
     let classes: Vec<String> = ctx.stores.classes.state().iter().map(|c| c.name_any()).collect();
     let cfg = ctx.cdi_config();
@@ -92,12 +86,7 @@ async fn sync_once(ctx: &Context) -> Result<(), kube::Error> {
             ),
         };
         if existing.is_none() {
-            let p = StorageProfile::new(&name, Default::default());
-            match profiles.create(&PostParams::default(), &p).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e),
-            }
+            create_if_absent(&profiles, &StorageProfile::new(&name, Default::default())).await?;
         }
         if existing.as_ref().and_then(|p| p.status.as_ref()) != Some(&status) {
             profiles

@@ -1,24 +1,26 @@
 //! Shared state of the reconcilers: the API client, read caches (reflector stores) of everything the controllers
-//! read, settings from the environment, the upload PKI, the event recorder and metrics.
+//! read, settings from the environment, the upload PKI, events, metrics and the error policies — and the reads
+//! both reconcilers make of the cluster's storage configuration.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use contracts::cdi::sizing::parse_config_overhead;
+use contracts::quantity::parse_bytes;
+use controller_runtime::events::Events;
+use controller_runtime::metrics::ReconcileMetrics;
+use controller_runtime::policy::ErrorPolicy;
 use crds::cdi::config::{CDI_CONFIG_NAME, CDIConfig, FilesystemOverhead, StorageProfile};
 use crds::cdi::consts::{self, ann};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceRequirements};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use crate::certs::UploadPki;
-use crate::claim::StorageFacts;
-use crate::metrics::Metrics;
-use crate::quantity::{parse_bytes, parse_overhead};
-use crate::status::{DvEvent, EventType};
-use crate::worker::WorkerConfig;
+use crate::datavolume::claim::StorageFacts;
+use crate::transfer::pods::WorkerConfig;
 
 /// Settings from the controller's environment (`IMPORTER_IMAGE`, …; `specs/cdi.md` §0).
 #[derive(Debug, Clone)]
@@ -58,14 +60,18 @@ pub struct Context {
     pub settings: Settings,
     /// Read caches.
     pub stores: Stores,
-    /// Event recorder.
-    pub recorder: Recorder,
+    /// Events on DataVolumes.
+    pub events: Events,
     /// HTTPS client for progress scraping.
     pub scraper: reqwest::Client,
     /// Upload PKI.
     pub pki: UploadPki,
-    /// Prometheus metrics.
-    pub metrics: Arc<Metrics>,
+    /// Reconcile metrics.
+    pub metrics: ReconcileMetrics,
+    /// Retry state of the DataVolume reconciler.
+    pub dv_policy: ErrorPolicy,
+    /// Retry state of the transfer reconciler.
+    pub transfer_policy: ErrorPolicy,
 }
 
 /// Default worker resources (`CDIConfig` status defaults).
@@ -92,8 +98,9 @@ impl Context {
     /// Filesystem overhead of `class`: per-class setting, else global, else 0.06.
     pub fn overhead(&self, class: Option<&str>) -> f64 {
         let fo: Option<FilesystemOverhead> = self.cdi_config().and_then(|c| c.spec.filesystem_overhead.clone());
-        let per_class = class.and_then(|c| fo.as_ref()?.storage_class.as_ref()?.get(c).and_then(|v| parse_overhead(v)));
-        let global = fo.as_ref().and_then(|f| f.global.as_deref()).and_then(parse_overhead);
+        let per_class =
+            class.and_then(|c| fo.as_ref()?.storage_class.as_ref()?.get(c).and_then(|v| parse_config_overhead(v)));
+        let global = fo.as_ref().and_then(|f| f.global.as_deref()).and_then(parse_config_overhead);
         per_class.or(global).unwrap_or(0.06)
     }
 
@@ -151,23 +158,6 @@ impl Context {
                 p.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage").map(|q| q.0.clone())
             }),
             class,
-        }
-    }
-
-    /// Records `ev` on `obj` (best effort: a failed event never fails a reconcile).
-    pub async fn publish<K: Resource<DynamicType = ()>>(&self, obj: &K, ev: &DvEvent) {
-        let event = Event {
-            type_: match ev.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: ev.reason.clone(),
-            note: Some(ev.message.chars().take(1000).collect()),
-            action: ev.reason.clone(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-            tracing::warn!(error = %e, reason = %ev.reason, "recording event failed");
         }
     }
 }

@@ -1,6 +1,8 @@
-//! The reconcilers' error type.
+//! The reconcilers' error type, classified for the error policy ([`controller_runtime::policy`]).
 
-/// Errors from a reconcile; every one is retried with backoff.
+use controller_runtime::policy::{Classify, Retry, retry_of};
+
+/// Errors from a reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API call failed.
@@ -15,12 +17,24 @@ pub enum Error {
     /// Upload PKI failure.
     #[error(transparent)]
     Certs(#[from] crate::certs::Error),
-    /// A size did not parse.
+    /// A size in the claim did not parse.
     #[error(transparent)]
-    Quantity(#[from] crate::quantity::InvalidQuantity),
+    Quantity(#[from] contracts::quantity::InvalidQuantity),
     /// A serialisation problem while building a patch.
     #[error("building patch: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+impl Classify for Error {
+    /// API errors as the API server classifies them; a bad size or patch waits for the object to change; PKI
+    /// failures (a Secret write, a signing error) are retried.
+    fn retry(&self) -> Retry {
+        match self {
+            Error::Kube { source, .. } => retry_of(source),
+            Error::Certs(_) => Retry::Transient,
+            Error::Quantity(_) | Error::Json(_) => Retry::Fatal,
+        }
+    }
 }
 
 /// Result of this crate.
@@ -30,14 +44,4 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let action = action.into();
     move |source| Error::Kube { action, source }
-}
-
-/// True when `e` is an API 404.
-pub fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// True when `e` is an API 409 (already exists / conflict).
-pub fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
 }

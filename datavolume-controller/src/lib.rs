@@ -1,64 +1,56 @@
 //! The DataVolume controller (`cdi.kubevirt.io/v1beta1`): DataVolume → PVC → worker pods (import, upload, clone)
 //! → status, exactly as CDI reports it (`specs/cdi.md` §1, §2, §5).
 //!
-//! Two reconcilers run under one leader lease: [`dv`] (DataVolume → PVC and status) and [`workers`] (PVC
-//! annotations → worker pods → PVC annotations), like upstream's DataVolume and import/upload/clone controllers.
-//! Every read comes from watch caches; every decision is a pure function ([`claim`], [`worker`], [`status`],
-//! [`workers::observe_pod`]) and the reconcilers only apply it.
+//! Two reconcilers run under one leader lease, like upstream's DataVolume and import/upload/clone controllers,
+//! each shaped read → plan (pure) → apply → status:
+//!
+//! ```text
+//! DataVolume ─[datavolume]─► PVC with a TransferRequest ─[transfer]─► worker pod (importer / upload / clone)
+//!      ▲                          │  annotations (contracts::cdi)              │ termination message
+//!      └── status ◄─ WorkerState ◄┴──────────────────────────────────────────────┘
+//! ```
+//!
+//! * [`datavolume`] — DataVolume → PVC ([`datavolume::claim`]) and status ([`datavolume::status`]);
+//! * [`transfer`] — PVC → worker pods ([`transfer::pods`]) and their state back into the PVC
+//!   ([`transfer::plan`]);
+//! * [`config_sync`] keeps the `config` CDIConfig and the StorageProfiles current; [`certs`] holds the upload
+//!   PKI; [`progress`] scrapes a worker's progress.
+//!
+//! Every read comes from watch caches; the process plumbing (lease, caches, health server, error policy) is
+//! `controller-runtime`'s.
+
+#![deny(missing_docs)]
 
 pub mod certs;
-pub mod claim;
 pub mod config_sync;
 pub mod context;
-pub mod dv;
+pub mod datavolume;
 pub mod error;
-pub mod metrics;
 pub mod progress;
-pub mod quantity;
-pub mod server;
-pub mod status;
-pub mod worker;
-pub mod workers;
+pub mod transfer;
 
 use std::future::Future;
-use std::sync::Arc;
 
+use controller_runtime::events::Events;
+use controller_runtime::metrics::ReconcileMetrics;
+use controller_runtime::policy::ErrorPolicy;
+use controller_runtime::store::{reflect, wait_ready};
 use crds::cdi::config::{CDIConfig, StorageProfile};
 use crds::cdi::datavolume::DataVolume;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
 
 use crate::context::{Context, Settings, Stores};
-
-/// Starts a plain reflector for `K` and returns its store (the task runs until the process ends).
-fn plain_store<K>(api: Api<K>) -> Store<K>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    plain_store_with(api, watcher::Config::default())
-}
-
-/// [`plain_store`] with a watch configuration (label selector).
-fn plain_store_with<K>(api: Api<K>, wc: watcher::Config) -> Store<K>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, wc)).default_backoff().touched_objects();
-    tokio::spawn(stream.for_each(|_| futures::future::ready(())));
-    reader
-}
 
 /// Maps a worker pod to the PVC it works for: its controller owner (a PVC), or for clone-source pods (in another
 /// namespace) the target named by their annotation.
 fn pod_to_pvc(pod: Pod) -> Option<ObjectRef<PersistentVolumeClaim>> {
-    if let Some(target) = pod.annotations().get(worker::CLONE_TARGET_ANNOTATION) {
+    if let Some(target) = pod.annotations().get(transfer::pods::CLONE_TARGET_ANNOTATION) {
         let (ns, name) = target.split_once('/')?;
         return Some(ObjectRef::new(name).within(ns));
     }
@@ -67,11 +59,13 @@ fn pod_to_pvc(pod: Pod) -> Option<ObjectRef<PersistentVolumeClaim>> {
     Some(ObjectRef::new(&owner.name).within(&pod.namespace()?))
 }
 
-/// Runs both reconcilers until `shutdown` resolves (graceful: in-flight reconciles finish).
+/// Runs both reconcilers until `shutdown` resolves (graceful: in-flight reconciles finish). `instance` names this
+/// replica in events.
 pub async fn run_controllers(
     client: Client,
     settings: Settings,
-    metrics: Arc<metrics::Metrics>,
+    metrics: ReconcileMetrics,
+    instance: Option<String>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let pki = certs::ensure(client.clone(), &settings.namespace).await?;
@@ -79,31 +73,29 @@ pub async fn run_controllers(
     // Plain caches for reads; each controller runs its own watches for triggers (shared streams dropped
     // events under load in kube-runtime 5's unstable subscribe API, so they are not used).
     let pod_selector = context::worker_pod_selector();
+    let all = watcher::Config::default;
     let stores = Stores {
-        pvcs: plain_store(Api::<PersistentVolumeClaim>::all(client.clone())),
-        pods: plain_store_with(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(&pod_selector)),
-        classes: plain_store(Api::<StorageClass>::all(client.clone())),
-        profiles: plain_store(Api::<StorageProfile>::all(client.clone())),
-        configs: plain_store(Api::<CDIConfig>::all(client.clone())),
+        pvcs: reflect(Api::<PersistentVolumeClaim>::all(client.clone()), all()),
+        pods: reflect(Api::<Pod>::all(client.clone()), all().labels(&pod_selector)),
+        classes: reflect(Api::<StorageClass>::all(client.clone()), all()),
+        profiles: reflect(Api::<StorageProfile>::all(client.clone()), all()),
+        configs: reflect(Api::<CDIConfig>::all(client.clone()), all()),
     };
-    for (what, ready) in [
-        ("PVCs", stores.pvcs.wait_until_ready().await),
-        ("pods", stores.pods.wait_until_ready().await),
-        ("storage classes", stores.classes.wait_until_ready().await),
-        ("storage profiles", stores.profiles.wait_until_ready().await),
-        ("CDI configs", stores.configs.wait_until_ready().await),
-    ] {
-        ready.map_err(|e| anyhow::anyhow!("{what} cache: {e}"))?;
-    }
-    let reporter = Reporter { controller: "datavolume-controller".into(), instance: std::env::var("POD_NAME").ok() };
-    let ctx = Arc::new(Context {
+    wait_ready(&stores.pvcs, "PVCs").await?;
+    wait_ready(&stores.pods, "pods").await?;
+    wait_ready(&stores.classes, "storage classes").await?;
+    wait_ready(&stores.profiles, "storage profiles").await?;
+    wait_ready(&stores.configs, "CDI configs").await?;
+    let ctx = std::sync::Arc::new(Context {
         client: client.clone(),
         settings,
         stores: stores.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        events: Events::new(client.clone(), "datavolume-controller", instance),
         scraper: progress::client()?,
         pki,
         metrics,
+        dv_policy: ErrorPolicy::new(datavolume::CONTROLLER),
+        transfer_policy: ErrorPolicy::new(transfer::CONTROLLER),
     });
 
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
@@ -114,15 +106,15 @@ pub async fn run_controllers(
         }
     };
     let config_task = tokio::spawn(config_sync::run(ctx.clone(), stop(&stop_tx)));
-    let dvs = Controller::new(Api::<DataVolume>::all(client.clone()), watcher::Config::default())
-        .owns(Api::<PersistentVolumeClaim>::all(client.clone()), watcher::Config::default())
+    let dvs = Controller::new(Api::<DataVolume>::all(client.clone()), all())
+        .owns(Api::<PersistentVolumeClaim>::all(client.clone()), all())
         .graceful_shutdown_on(stop(&stop_tx))
-        .run(dv::reconcile, dv::error_policy, ctx.clone())
+        .run(datavolume::reconcile, datavolume::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let workers = Controller::new(Api::<PersistentVolumeClaim>::all(client.clone()), watcher::Config::default())
-        .watches(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(&pod_selector), pod_to_pvc)
+    let workers = Controller::new(Api::<PersistentVolumeClaim>::all(client.clone()), all())
+        .watches(Api::<Pod>::all(client.clone()), all().labels(&pod_selector), pod_to_pvc)
         .graceful_shutdown_on(stop(&stop_tx))
-        .run(workers::reconcile, workers::error_policy, ctx.clone())
+        .run(transfer::reconcile, transfer::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     tracing::info!("controllers running");
     let stopper = async move {

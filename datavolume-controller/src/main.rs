@@ -3,13 +3,16 @@
 //! gracefully on SIGTERM/SIGINT. Losing the lease ends the process (exit 1) so that it restarts as a follower.
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
+use controller_runtime::binary;
+use controller_runtime::health::{self, Health};
+use controller_runtime::leader::{LeaseSettings, run_as_leader};
+use controller_runtime::metrics::{ReconcileMetrics, Registry, counted_client};
 use datavolume_controller::context::Settings;
-use datavolume_controller::{metrics::Metrics, server};
-use kube_lease_manager::LeaseManagerBuilder;
 
 #[derive(Parser, Debug)]
 #[command(name = "datavolume-controller", version, about = "Reconciles CDI DataVolumes into PVCs and worker pods")]
@@ -40,46 +43,15 @@ struct Args {
     lease_seconds: u64,
 }
 
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
-}
-
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
-        )
-        .init();
-    match run(Args::parse()).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+fn main() -> ExitCode {
+    binary::init_logging("RUST_LOG", "info,kube=warn");
+    let args = Args::parse();
+    binary::run(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let namespace = args.namespace.clone().unwrap_or_else(|| {
-        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|_| "cdi".into())
-    });
+    let namespace = args.namespace.clone().unwrap_or_else(|| binary::pod_namespace("cdi"));
     let settings = Settings {
         namespace: namespace.clone(),
         cloner_image: args.cloner_image.clone().unwrap_or_else(|| args.importer_image.clone()),
@@ -87,60 +59,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         uploadserver_image: args.uploadserver_image,
         pull_policy: args.pull_policy,
     };
-    let metrics = Arc::new(Metrics::default());
+    let mut registry = Registry::with_prefix("kubevirt_rs_datavolume_controller");
+    let metrics = ReconcileMetrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
-    let health = server::Health { metrics: metrics.clone(), ready: ready.clone() };
-    let addr = args.metrics_addr;
-    tokio::spawn(async move {
-        if let Err(e) = server::serve(addr, health).await {
-            tracing::error!(error = %e, "metrics server failed");
-        }
-    });
+    health::serve(args.metrics_addr, Health { metrics: Arc::new(registry), ready: ready.clone() }).await?;
 
     // Count every API request (the benchmark reports requests per DataVolume).
-    let config = kube::Config::infer().await?;
-    let counter = metrics.api_requests.clone();
-    let count = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-        counter.inc();
-        req
-    });
-    let client = kube::client::ClientBuilder::try_from(config)?.with_layer(&count).build();
-    let identity = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| format!("datavolume-controller-{}", std::process::id()));
-    let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-        .with_namespace(&namespace)
-        .with_identity(&identity)
-        .with_duration(args.lease_seconds)
-        .with_grace(args.lease_seconds / 3)
-        .build()
-        .await?;
-    let (mut leading, lease_task) = lease.watch().await;
-    ready.store(true, Ordering::Relaxed);
-    tracing::info!(%identity, "waiting for the leader lease");
-    tokio::select! {
-        () = shutdown_signal() => return Ok(()),
-        r = leading.wait_for(|l| *l) => { r?; }
-    }
-    tracing::info!(%identity, "leading");
-    let lost = {
-        let mut rx = leading.clone();
-        async move {
-            let _ = rx.wait_for(|l| !*l).await;
-        }
+    let client = counted_client(kube::Config::infer().await?, metrics.api_requests.clone())?;
+    let lease = LeaseSettings {
+        name: args.lease_name,
+        namespace,
+        identity: binary::pod_identity("datavolume-controller"),
+        duration_secs: args.lease_seconds,
     };
-    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
-    let stop = async move {
-        tokio::select! {
-            () = shutdown_signal() => {}
-            () = lost => { let _ = lost_tx.send(()); }
-        }
-    };
-    datavolume_controller::run_controllers(client, settings, metrics, stop).await?;
-    drop(leading);
-    let _ = lease_task.await;
-    if lost_rx.await.is_ok() {
-        anyhow::bail!("lost the leader lease");
-    }
-    Ok(())
+    let instance = std::env::var("POD_NAME").ok();
+    run_as_leader(client.clone(), &lease, ready, |stop| {
+        datavolume_controller::run_controllers(client, settings, metrics, instance, stop)
+    })
+    .await
 }

@@ -1,8 +1,10 @@
 //! The importer's error type: one enum naming the failed operation, with a small stable [`ErrorKind`] that
 //! callers (the CLI, pod mode, the controller through the termination message) branch on.
 
-use std::io;
+use std::io::{self, Read};
 use std::path::PathBuf;
+
+use contracts::errors::chain_line;
 
 use crate::format::FormatError;
 
@@ -106,6 +108,17 @@ pub enum Error {
         /// Bytes the target offers.
         available: u64,
     },
+    /// The target is a file larger than its filesystem allows (`EFBIG`: ext4 with 4 KiB blocks caps files at
+    /// 16 TiB).
+    #[error(
+        "target size {requested} bytes is larger than the largest file the target filesystem can hold ({max} bytes)"
+    )]
+    FileTooLarge {
+        /// The size asked of the target file.
+        requested: u64,
+        /// The largest file size the target filesystem accepts.
+        max: u64,
+    },
     /// The data produced by the source exceeds the target size (e.g. a decompression bomb).
     #[error(
         "image data is larger than the reported available storage {limit} (data at offset {offset}). A larger PVC is required"
@@ -149,6 +162,14 @@ pub enum Error {
         /// Its stderr, first lines.
         message: String,
     },
+    /// The delegated `qemu-img` was stopped by a signal or a resource limit.
+    #[error("qemu-img {operation} {stop}")]
+    QemuImgStopped {
+        /// The qemu-img subcommand.
+        operation: &'static str,
+        /// How it was stopped.
+        stop: crate::format::qemu_process::Stop,
+    },
 }
 
 impl Error {
@@ -164,13 +185,16 @@ impl Error {
                     ErrorKind::Io
                 }
             }
-            Error::Decompress { .. } | Error::Format { .. } | Error::QemuImg { .. } | Error::ContainerImage(_) => {
-                ErrorKind::InvalidImage
-            }
+            Error::Decompress { .. }
+            | Error::Format { .. }
+            | Error::QemuImg { .. }
+            | Error::QemuImgStopped { .. }
+            | Error::ContainerImage(_) => ErrorKind::InvalidImage,
             Error::ChecksumMismatch { .. } => ErrorKind::Checksum,
-            Error::SizeTooSmall { .. } | Error::TargetTooSmall { .. } | Error::DataBeyondTarget { .. } => {
-                ErrorKind::Capacity
-            }
+            Error::SizeTooSmall { .. }
+            | Error::TargetTooSmall { .. }
+            | Error::FileTooLarge { .. }
+            | Error::DataBeyondTarget { .. } => ErrorKind::Capacity,
             Error::ScratchRequired(_) => ErrorKind::ScratchRequired,
         }
     }
@@ -181,6 +205,13 @@ impl Error {
             _ => return false,
         };
         matches!(io.raw_os_error(), Some(28) | Some(122)) // ENOSPC, EDQUOT
+    }
+
+    /// A capacity error whose message already states what the target can hold (the image is larger than the
+    /// reported available storage, or than the largest file the filesystem takes), as opposed to one that only
+    /// says a write ran out of space.
+    pub fn states_target_limit(&self) -> bool {
+        matches!(self, Error::TargetTooSmall { .. } | Error::DataBeyondTarget { .. } | Error::FileTooLarge { .. })
     }
 
     /// The error and its causes on one line, `outer: inner: innermost`, without repeating a cause already
@@ -199,17 +230,61 @@ fn is_truncation(e: &io::Error) -> bool {
     ["incomplete", "premature", "not finished", "eof", "truncated", "unexpected end"].iter().any(|p| m.contains(p))
 }
 
-/// Formats an error and its `source()` chain on one line, skipping causes whose text the parent already shows.
-pub fn chain_line(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
+// The error plumbing of the pipeline: an [`Error`] raised inside a `Read` implementation (a source, a decoder, a
+// format reader) travels through the `io::Read` layers as an `io::Error` ([`tag`]) and is recovered unchanged
+// at the edge ([`untag`]); [`Tagger`] turns a layer's own I/O errors into the right [`Error`] on the way.
+
+/// Wraps `e` so it survives a trip through `io::Read` layers; [`untag`] recovers it.
+pub fn tag(e: Error) -> io::Error {
+    io::Error::other(e)
+}
+
+/// Recovers an [`Error`] carried in an `io::Error` by [`tag`]; anything else becomes a source read error.
+pub fn untag(e: io::Error, offset: u64) -> Error {
+    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
+        if let Some(inner) = e.into_inner()
+            && let Ok(err) = inner.downcast::<Error>()
+        {
+            return *err;
         }
-        cur = e.source();
+        return Error::SourceRead { offset, source: io::Error::other("lost error") };
     }
-    out.replace(['\n', '\r'], " ")
+    Error::SourceRead { offset, source: e }
+}
+
+/// Recovers an [`Error`] carried in an `io::Error` by [`tag`]; anything else is mapped by `f`.
+pub fn untag_or(e: io::Error, f: impl FnOnce(io::Error) -> Error) -> Error {
+    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
+        return untag(e, 0);
+    }
+    f(e)
+}
+
+/// A reader that maps the untagged errors of the inner reader with `f` (given the error and the bytes read so
+/// far) and passes tagged ones through.
+pub struct Tagger<R, F> {
+    inner: R,
+    pos: u64,
+    f: F,
+}
+
+impl<R, F> Tagger<R, F> {
+    /// Wraps `inner`; its errors become `f(error, offset)`.
+    pub fn new(inner: R, f: F) -> Self {
+        Tagger { inner, pos: 0, f }
+    }
+}
+
+impl<R: Read, F: FnMut(io::Error, u64) -> Error> Read for Tagger<R, F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.pos += n as u64;
+                Ok(n)
+            }
+            Err(e) if e.get_ref().is_some_and(|i| i.is::<Error>()) => Err(e),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(e),
+            Err(e) => Err(tag((self.f)(e, self.pos))),
+        }
+    }
 }

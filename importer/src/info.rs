@@ -55,13 +55,19 @@ pub fn info(location: &SourceLocation, http: &SourceOptions, rt: &tokio::runtime
         }
         f => match (&p.local_path, compressed) {
             (Some(path), false) => {
-                let qi = qemu_img::info(path, f)?;
-                HeaderInfo {
-                    virtual_size: Some(qi.virtual_size),
-                    cluster_size: qi.cluster_size,
-                    backing_file: qi.backing_file.is_some(),
-                    data_file: false,
-                    encrypted: qi.encrypted,
+                // qemu-img does not report every child form (a differencing VHD, for one), and cannot open
+                // others (a VHDX with a parent): the bytes tell.
+                let parent = qemu_img::parent_of(path, f)?.is_some();
+                match qemu_img::info(path, f) {
+                    Ok(qi) => HeaderInfo {
+                        virtual_size: Some(qi.virtual_size),
+                        cluster_size: qi.cluster_size,
+                        backing_file: qi.backing_file.is_some() || parent,
+                        data_file: false,
+                        encrypted: qi.encrypted,
+                    },
+                    Err(_) if parent => HeaderInfo { backing_file: true, ..peek_header(f, &p.head) },
+                    Err(e) => return Err(e),
                 }
             }
             _ => peek_header(f, &p.head),

@@ -15,23 +15,19 @@
 //! Entry points: [`pipeline::import`] and [`info::info`]; [`serve::serve`] is the source side of a host-assisted
 //! clone (serves a volume's image read-only over HTTPS). The binary in `main.rs` only parses arguments.
 
-pub mod archive;
 pub mod checksum;
 pub mod decompress;
 pub mod detect;
 pub mod error;
 pub mod format;
 pub mod info;
-pub mod metrics;
 pub mod pipeline;
 pub mod plan;
 pub mod pod;
 pub mod progress;
 pub mod serve;
 pub mod sink;
-pub mod size;
 pub mod source;
-pub mod tls;
 
 pub use error::{Error, ErrorKind, Result};
 pub use pipeline::{ImportReport, ImportRequest, import};

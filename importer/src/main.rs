@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use contracts::cdi::env::var;
+use importer::ImportRequest;
 use importer::checksum::ExpectedChecksum;
 use importer::plan::SizeRule;
 use importer::progress::Progress;
 use importer::serve::{self, ServeConfig};
 use importer::source::{SourceLocation, SourceOptions, http::parse_header};
-use importer::{ImportRequest, size::parse_size};
 
 #[derive(Parser)]
 #[command(name = "importer", version, about = "Import disk images into files or block devices, CDI-compatible")]
@@ -39,10 +40,10 @@ struct HttpArgs {
     #[arg(long = "header", value_name = "HEADER")]
     headers: Vec<String>,
     /// Basic-auth user (also IMPORTER_ACCESS_KEY_ID).
-    #[arg(long, env = "IMPORTER_ACCESS_KEY_ID", hide_env_values = true)]
+    #[arg(long, env = var::IMPORTER_ACCESS_KEY_ID, hide_env_values = true)]
     access_key_id: Option<String>,
     /// Basic-auth password (also IMPORTER_SECRET_KEY).
-    #[arg(long, env = "IMPORTER_SECRET_KEY", hide_env_values = true)]
+    #[arg(long, env = var::IMPORTER_SECRET_KEY, hide_env_values = true)]
     secret_key: Option<String>,
     /// Seconds without data before a transfer is retried.
     #[arg(long, default_value_t = 60, hide = true)]
@@ -124,10 +125,10 @@ enum Cmd {
     /// host-assisted clone).
     Serve {
         /// The image, a file or block device [default: /dev/cdi-block-volume if a block device, else /data/disk.img].
-        #[arg(long, env = "SERVE_PATH", value_name = "PATH")]
+        #[arg(long, env = var::SERVE_PATH, value_name = "PATH")]
         path: Option<PathBuf>,
         /// File holding the bearer token clients must send (trimmed; must be non-empty).
-        #[arg(long, env = "SERVE_TOKEN_FILE", value_name = "FILE", default_value = serve::DEFAULT_TOKEN_FILE)]
+        #[arg(long, env = var::SERVE_TOKEN_FILE, value_name = "FILE", default_value = serve::DEFAULT_TOKEN_FILE)]
         token_file: PathBuf,
         /// Listen address.
         #[arg(long, env = "SERVE_ADDR", value_name = "ADDR", default_value = serve::DEFAULT_ADDR)]
@@ -160,7 +161,7 @@ fn main() -> ExitCode {
     // CDI starts its importer with `-v=N -alsologtostderr` and configures it by environment: with
     // IMPORTER_SOURCE set and no subcommand, run as the pod.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if std::env::var_os("IMPORTER_SOURCE").is_some()
+    if std::env::var_os(var::IMPORTER_SOURCE).is_some()
         && args.iter().all(|a| a.starts_with('-') && a != "--help" && a != "-h")
     {
         return pod_main();
@@ -181,19 +182,17 @@ fn main() -> ExitCode {
 
 /// Pod mode: reads the environment, serves metrics, imports, writes the termination message.
 fn pod_main() -> ExitCode {
-    use importer::pod::{self, PodConfig, Termination};
+    use importer::pod::{self, PodConfig, PodPaths, Termination, metrics};
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let term_log = env
-        .get("IMPORTER_TERMINATION_LOG")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| PathBuf::from("/dev/termination-log"), PathBuf::from);
+    let term_log =
+        PodPaths::from_env(&env).map_or_else(|_| PathBuf::from("/dev/termination-log"), |p| p.termination_log);
     let term = match (PodConfig::from_env(&env), runtime()) {
-        (Err(e), _) => Termination { message: e.to_string(), exit_code: 1 },
-        (_, Err(e)) => Termination { message: format!("Unable to process data: {e}"), exit_code: 1 },
+        (Err(e), _) => Termination::failed(&e.to_string()),
+        (_, Err(e)) => Termination::failed(&format!("Unable to process data: {e}")),
         (Ok(cfg), Ok(rt)) => {
             let progress = Progress::new();
-            let metrics = importer::metrics::Metrics::new(progress.clone(), cfg.owner_uid.clone());
-            match rt.block_on(importer::metrics::serve(cfg.paths.metrics_addr, metrics)) {
+            let metrics = metrics::Metrics::new(progress.clone(), cfg.owner_uid.clone());
+            match rt.block_on(metrics::serve(cfg.paths.metrics_addr, metrics)) {
                 Ok(addr) => tracing::info!(%addr, "serving progress metrics"),
                 Err(e) => tracing::warn!("progress metrics unavailable: {e}"),
             }
@@ -201,7 +200,7 @@ fn pod_main() -> ExitCode {
             let p2 = progress.clone();
             let c2 = cfg.clone();
             let r = rt.block_on(async move { tokio::task::spawn_blocking(move || pod::run(&c2, &handle, &p2)).await });
-            r.unwrap_or_else(|e| Termination { message: format!("Unable to process data: {e}"), exit_code: 1 })
+            r.unwrap_or_else(|e| Termination::failed(&format!("Unable to process data: {e}")))
         }
     };
     if let Err(e) = std::fs::write(&term_log, &term.message) {
@@ -369,4 +368,53 @@ fn spawn_bar(progress: Progress) -> (std::sync::mpsc::Sender<()>, std::thread::J
         bar.finish_and_clear();
     });
     (tx, t)
+}
+
+// `--size`: plain bytes, binary suffixes (`Ki`, `Mi`, `Gi`, `Ti`, and qemu-style `K`, `M`, `G`, `T` meaning the
+// same) and decimal SI suffixes in Kubernetes quantity form (`k`, `M` is ambiguous: we follow qemu-img, where `M`
+// is MiB; Kubernetes quantities like `1Gi` work as written).
+/// Parses a size such as `1073741824`, `10G`, `10Gi`, `512M`, `1.5G`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("invalid size {s:?}"));
+    }
+    let mult: u64 = match suffix.trim() {
+        "" | "B" | "b" => 1,
+        "k" | "K" | "Ki" | "KiB" | "KB" => 1 << 10,
+        "M" | "Mi" | "MiB" | "MB" => 1 << 20,
+        "G" | "Gi" | "GiB" | "GB" => 1 << 30,
+        "T" | "Ti" | "TiB" | "TB" => 1 << 40,
+        "P" | "Pi" | "PiB" | "PB" => 1 << 50,
+        other => return Err(format!("invalid size suffix {other:?} in {s:?}")),
+    };
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"));
+    }
+    let f: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let v = f * mult as f64;
+    if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
+        return Err(format!("size {s:?} out of range"));
+    }
+    Ok(v.ceil() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("123"), Ok(123));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("10Gi"), Ok(10 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000P").is_err());
+    }
 }

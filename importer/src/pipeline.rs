@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::checksum::{ExpectedChecksum, Hasher, HashingReader};
 use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
+use crate::error::{Tagger, untag};
 use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
 use crate::format::{self, FormatError, qemu_img};
 use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SizeRule};
@@ -68,53 +69,6 @@ pub struct ImportReport {
     /// Registry images: the config's `Env` entries.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub image_env: Vec<String>,
-}
-
-/// Wraps `e` so it survives a trip through `io::Read` layers; [`untag`] recovers it.
-pub fn tag(e: Error) -> io::Error {
-    io::Error::other(e)
-}
-
-/// Recovers an [`Error`] carried in an `io::Error` by [`tag`]; anything else becomes a source read error.
-pub fn untag(e: io::Error, offset: u64) -> Error {
-    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
-        if let Some(inner) = e.into_inner()
-            && let Ok(err) = inner.downcast::<Error>()
-        {
-            return *err;
-        }
-        return Error::SourceRead { offset, source: io::Error::other("lost error") };
-    }
-    Error::SourceRead { offset, source: e }
-}
-
-/// Recovers an [`Error`] carried in an `io::Error` by [`tag`]; anything else is mapped by `f`.
-pub fn untag_or(e: io::Error, f: impl FnOnce(io::Error) -> Error) -> Error {
-    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
-        return untag(e, 0);
-    }
-    f(e)
-}
-
-/// Maps untagged errors of the inner reader with `f`.
-struct Tagger<R, F> {
-    inner: R,
-    pos: u64,
-    f: F,
-}
-
-impl<R: Read, F: FnMut(io::Error, u64) -> Error> Read for Tagger<R, F> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self.inner.read(buf) {
-            Ok(n) => {
-                self.pos += n as u64;
-                Ok(n)
-            }
-            Err(e) if e.get_ref().is_some_and(|i| i.is::<Error>()) => Err(e),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(e),
-            Err(e) => Err(tag((self.f)(e, self.pos))),
-        }
-    }
 }
 
 /// Reads up to `n` bytes ahead and returns them together with a stream that still yields them.
@@ -175,19 +129,15 @@ pub fn probe_opened(
         Some(h) => Box::new(HashingReader::new(counted, h.clone())),
         None => Box::new(counted),
     };
-    let mut stream: BoxRead = Box::new(Tagger {
-        inner: raw,
-        pos: 0,
-        f: move |e: io::Error, offset| {
-            let kind = match &loc {
-                SourceLocation::File(_) => return Error::SourceRead { offset, source: e },
-                SourceLocation::Http(_) => "http",
-                SourceLocation::S3 { .. } => "s3",
-                SourceLocation::Registry(_) => "registry",
-            };
-            Error::Connect { kind, url: loc.to_string(), message: format!("transfer failed at byte {offset}: {e}") }
-        },
-    });
+    let mut stream: BoxRead = Box::new(Tagger::new(raw, move |e: io::Error, offset| {
+        let kind = match &loc {
+            SourceLocation::File(_) => return Error::SourceRead { offset, source: e },
+            SourceLocation::Http(_) => "http",
+            SourceLocation::S3 { .. } => "s3",
+            SourceLocation::Registry(_) => "registry",
+        };
+        Error::Connect { kind, url: loc.to_string(), message: format!("transfer failed at byte {offset}: {e}") }
+    }));
     let mut compressions = Vec::new();
     loop {
         let (head, s) = peek(stream, DETECT_LEN).map_err(|e| untag(e, 0))?;
@@ -197,11 +147,7 @@ pub fn probe_opened(
                 compressions.push(c);
                 let inner =
                     decompress::wrap(c, stream).map_err(|source| Error::Decompress { compression: c, source })?;
-                stream = Box::new(Tagger {
-                    inner,
-                    pos: 0,
-                    f: move |source, _| Error::Decompress { compression: c, source },
-                });
+                stream = Box::new(Tagger::new(inner, move |source, _| Error::Decompress { compression: c, source }));
             }
             _ => break,
         }
@@ -334,7 +280,8 @@ fn execute(
         Plan::Stream => {
             let known = (!compressed).then_some(size).flatten();
             if let Some(vs) = known {
-                plan::target_size(vs, req.size, sink.capacity())?;
+                let target = plan::target_size(vs, req.size, sink.capacity())?;
+                sink.ensure_len(target)?;
             }
             let limit = match (req.size.limit(), sink.capacity()) {
                 (Some(s), Some(c)) => Some(s.min(c)),
@@ -350,6 +297,7 @@ fn execute(
             let header = Header::parse(&head, file_size)
                 .map_err(|e| Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) })?;
             let target = plan::target_size(header.virtual_size, req.size, sink.capacity())?;
+            sink.ensure_len(target)?;
             let refetch = match (refetch, random_access, &req.scratch) {
                 (RefetchPlan::Random, Some(ra), _) => Refetch::Random(ra),
                 (_, _, Some(dir)) => Refetch::Spill(Spill::with_overflow(dir)),
@@ -386,14 +334,20 @@ fn execute(
                     spooled.path().to_path_buf()
                 }
             };
+            // Decided from the image's own bytes before qemu-img sees it: qemu-img reads some child images
+            // (a differencing VHD, for one) as standalone disks.
+            if let Some(parent) = qemu_img::parent_of(&path, format)? {
+                return Err(Error::Format { format, source: FormatError::Parent(parent) });
+            }
             let info = qemu_img::info(&path, format)?;
             qemu_img::check_safe(&path, format, &info)?;
             qemu_img::check_integrity(&path, format)?;
             let target = plan::target_size(info.virtual_size, req.size, sink.capacity())?;
+            sink.ensure_len(target)?;
             // qemu-img writes the target itself: make it the right size first (files), then convert.
             let (dest, fresh_file) = sink.external_target(info.virtual_size)?;
             progress.start_phase(Phase::Convert, Some(10_000));
-            qemu_img::convert(&path, format, &dest, fresh_file, progress)?;
+            qemu_img::convert(&path, format, &dest, fresh_file, info.virtual_size, progress)?;
             if fresh_file {
                 // qemu-img wrote the data: account for what it allocated.
                 use std::os::unix::fs::MetadataExt;

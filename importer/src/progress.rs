@@ -95,6 +95,20 @@ impl Snapshot {
     pub fn percent(&self) -> Option<f64> {
         self.total.filter(|&t| t > 0).map(|t| (self.done.min(t) as f64 / t as f64) * 100.0)
     }
+
+    /// Overall percentage 0–100 of the whole import: one pass (import) maps to 0–100; a spool to scratch is the
+    /// first half and the conversion after it the second half; a conversion of a local file is 0–100.
+    pub fn overall_percent(&self) -> f64 {
+        let p = self.percent().unwrap_or(0.0);
+        match self.phase {
+            Phase::Probe => 0.0,
+            Phase::Import | Phase::Resolve => p,
+            Phase::Spool => p / 2.0,
+            Phase::Convert if self.spooled => 50.0 + p / 2.0,
+            Phase::Convert => p,
+            Phase::Finish => 100.0,
+        }
+    }
 }
 
 impl Progress {

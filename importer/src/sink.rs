@@ -64,6 +64,12 @@ pub trait Sink: Send {
     }
     /// Makes `[offset, offset + len)` read as zeroes.
     fn write_zeroes(&mut self, offset: u64, len: u64) -> Result<()>;
+    /// Fails early, before anything is written, when the target cannot be `len` bytes long: a file larger than
+    /// its filesystem allows is [`Error::FileTooLarge`]. A file target may already be extended to `len` (it
+    /// reads as zeroes). Default: no check.
+    fn ensure_len(&mut self, _len: u64) -> Result<()> {
+        Ok(())
+    }
     /// Sets the final size, applies preallocation, and makes everything durable (fsync).
     fn finish(&mut self, len: u64) -> Result<SinkReport>;
     /// Undoes what can be undone after a failure: a file target is removed; a block device is left as is.
@@ -96,6 +102,41 @@ pub fn open(dest: &Path, preallocate: bool) -> Result<Box<dyn Sink>> {
         ))),
         _ => Ok(Box::new(TargetSink::create_file(dest, preallocate)?)),
     }
+}
+
+/// Whether an I/O error is `EFBIG` (a file larger than its filesystem allows).
+fn is_efbig(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error())
+}
+
+/// The largest file length the filesystem holding `dir` accepts, when that is less than `len`; `None` when `len`
+/// fits or the limit cannot be found.
+///
+/// How: an unnamed temporary file in `dir` is grown with `ftruncate` (a sparse file: nothing is allocated, each
+/// step costs one syscall) in a binary search between 0 and `len`, at most 64 steps; `EFBIG` means too large.
+/// This finds the kernel's own per-filesystem limit (`s_maxbytes`: on ext4 with 4 KiB blocks 2^32 - 1 blocks,
+/// 16 TiB - 4 KiB), which nothing else exposes: `fpathconf(_PC_FILESIZEBITS)` answers 64 for ext4, and
+/// `statfs` says nothing about file sizes.
+fn max_file_len(dir: &Path, len: u64) -> Option<u64> {
+    let probe = tempfile::tempfile_in(dir).ok()?;
+    let fits = |n: u64| match probe.set_len(n) {
+        Ok(()) => Some(true),
+        Err(e) if is_efbig(&e) => Some(false),
+        Err(_) => None,
+    };
+    if fits(len)? {
+        return None;
+    }
+    let (mut lo, mut hi) = (0u64, len); // lo fits, hi does not
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(lo)
 }
 
 /// Splits `[offset, offset+data.len())` into runs of data and of zero blocks (aligned to [`ZERO_BLOCK`] in
@@ -348,6 +389,8 @@ pub struct TargetSink {
     writer: Writer,
     buf: Option<Chunk>,
     bytes_written: u64,
+    /// The highest target offset written to or asked for, for [`Error::FileTooLarge`].
+    end: u64,
     closed: bool,
 }
 
@@ -398,12 +441,32 @@ impl TargetSink {
             writer: Writer::start(target).map_err(err)?,
             buf: None,
             bytes_written: 0,
+            end: 0,
             closed: false,
         })
     }
 
+    /// A target error. `EFBIG` (the file would be larger than its filesystem allows) becomes
+    /// [`Error::FileTooLarge`] for the largest size asked of the target so far.
     fn err(&self, source: io::Error) -> Error {
+        if is_efbig(&source)
+            && self.kind == Kind::File
+            && let Some(max) = self.path.parent().and_then(|dir| max_file_len(dir, self.end))
+        {
+            return Error::FileTooLarge { requested: self.end, max };
+        }
         Error::Sink { path: self.path.clone(), source }
+    }
+
+    /// Sets the length of a file target.
+    fn set_file_len(&mut self, len: u64) -> Result<()> {
+        self.end = self.end.max(len);
+        self.file.set_len(len).map_err(|e| self.err(e))
+    }
+
+    /// Records that target bytes up to `end` are being written.
+    fn reach(&mut self, end: u64) {
+        self.end = self.end.max(end);
     }
 
     fn check_bounds(&self, offset: u64, len: u64) -> Result<()> {
@@ -495,6 +558,7 @@ impl Sink for TargetSink {
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_bounds(offset, data.len() as u64)?;
+        self.reach(offset.saturating_add(data.len() as u64));
         let mut done = 0usize;
         while done < data.len() {
             let rest = &data[done..];
@@ -514,7 +578,9 @@ impl Sink for TargetSink {
         fill: &mut dyn FnMut(&mut [u8]) -> Result<usize>,
     ) -> Result<usize> {
         self.check_bounds(offset, max as u64)?;
-        self.append(offset, max, fill)
+        let n = self.append(offset, max, fill)?;
+        self.reach(offset.saturating_add(n as u64));
+        Ok(n)
     }
 
     fn write_zeroes(&mut self, offset: u64, len: u64) -> Result<()> {
@@ -526,11 +592,18 @@ impl Sink for TargetSink {
         self.send(Op::Zero(offset, len))
     }
 
+    fn ensure_len(&mut self, len: u64) -> Result<()> {
+        match self.kind {
+            Kind::File => self.set_file_len(len),
+            Kind::Block { .. } => self.check_bounds(0, len),
+        }
+    }
+
     fn finish(&mut self, len: u64) -> Result<SinkReport> {
         self.check_bounds(0, len)?;
         self.close()?;
         if self.kind == Kind::File {
-            self.file.set_len(len).map_err(|e| self.err(e))?;
+            self.set_file_len(len)?;
             if self.preallocate && len > 0 {
                 rustix::fs::fallocate(&self.file, FallocateFlags::empty(), 0, len)
                     .map_err(|e| self.err(io::Error::from(e)))?;
@@ -554,7 +627,7 @@ impl Sink for TargetSink {
         self.flush_buf()?;
         let fresh = self.kind == Kind::File;
         if fresh {
-            self.file.set_len(len).map_err(|e| self.err(e))?;
+            self.set_file_len(len)?;
         }
         Ok((self.path.clone(), fresh))
     }
@@ -660,6 +733,41 @@ mod tests {
         assert_eq!(got.len(), want.len());
         let first_diff = got.iter().zip(&want).position(|(a, b)| a != b);
         assert_eq!(first_diff, None, "content differs");
+        Ok(())
+    }
+
+    /// A file larger than the filesystem allows is a capacity error naming both sizes; the limit is found by
+    /// probing. Needs a filesystem with a limit below 8 EiB (ext4: 16 TiB); others only check the probe's
+    /// answer for sizes that fit.
+    #[test]
+    fn file_too_large_names_the_limit() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Sink { path: "tmp".into(), source: e })?;
+        assert_eq!(max_file_len(dir.path(), 1 << 20), None, "1 MiB fits anywhere");
+        let huge = 64u64 << 40;
+        let Some(max) = max_file_len(dir.path(), huge) else {
+            return Ok(()); // this filesystem takes 64 TiB files
+        };
+        assert!(max > 0 && max < huge);
+        assert_eq!(max_file_len(dir.path(), max), None, "the limit itself fits");
+        assert_eq!(max_file_len(dir.path(), max + 1), Some(max));
+        let p = dir.path().join("out.img");
+        let mut s = TargetSink::create_file(&p, false)?;
+        let e = s.ensure_len(huge).err().map(|e| (e.kind(), e.to_string()));
+        assert_eq!(
+            e,
+            Some((
+                crate::ErrorKind::Capacity,
+                format!(
+                    "target size {huge} bytes is larger than the largest file the target filesystem can hold ({max} bytes)"
+                )
+            ))
+        );
+        s.abort();
+        let mut s = TargetSink::create_file(&p, false)?;
+        s.write_at(0, b"data")?;
+        assert!(matches!(s.finish(huge), Err(Error::FileTooLarge { requested, .. }) if requested == huge));
+        s.abort();
+        assert!(!p.exists());
         Ok(())
     }
 

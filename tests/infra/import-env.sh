@@ -10,14 +10,8 @@
 # Everything lives under tests/work (git-ignored). The corpus is regenerated only when this script or the
 # qemu-img version changes (stamp = sha256 of both). Ports can be moved with IMPORT_ENV_PORT_BASE (default 18080):
 # plain = base, no-range = base+1, redirects = base+2, basic auth = base+3, TLS = base+363 (18443).
-set -euo pipefail
-
-HERE=$(cd "$(dirname "$0")" && pwd)
-TESTS=$(dirname "$HERE")
-WORK=${IMPORT_ENV_WORK:-$TESTS/work}
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-CORPUS=$WORK/corpus
+# shellcheck source=tests/infra/common.sh
+. "$(dirname "$0")/common.sh"
 NGX=$WORK/nginx
 TLS=$WORK/tls
 WWW=$WORK/www
@@ -32,9 +26,6 @@ P_AUTH=$((BASE_PORT + 3))
 P_TLS=$((BASE_PORT + 363))
 AUTH_USER=importer
 AUTH_PASSWORD=s3cret-Pa55
-
-log() { printf '[import-env] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 need_tools() {
   local t missing=()
@@ -355,20 +346,10 @@ ensure_tls() {
   chmod 600 "$TLS/server.key"
 }
 
-nginx_pid() { [ -f "$NGX/nginx.pid" ] && cat "$NGX/nginx.pid" 2>/dev/null || true; }
-nginx_running() { local p; p=$(nginx_pid); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
-
-stop_nginx() {
-  local p i
-  p=$(nginx_pid)
-  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
-    kill -QUIT "$p" 2>/dev/null || true
-    for i in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$p" 2>/dev/null; then kill -TERM "$p" 2>/dev/null || true; sleep 0.5; fi
-    log "nginx (pid $p) stopped"
-  fi
-  rm -f "$NGX/nginx.pid"
-}
+nginx_pid() { pidfile_pid "$NGX/nginx.pid"; }
+nginx_running() { pidfile_alive "$NGX/nginx.pid"; }
+# Graceful shutdown (QUIT), TERM if it lingers.
+stop_nginx() { stop_pidfile "$NGX/nginx.pid" nginx QUIT TERM; }
 
 write_nginx_conf() {
   mkdir -p "$NGX"/tmp-{body,proxy,fastcgi,uwsgi,scgi} "$WWW" "$OUT"
@@ -497,26 +478,26 @@ detach_loops() { # loop devices whose backing file is under $WORK (left by a cra
   done < <(losetup -a 2>/dev/null || true)
 }
 
-case "${1:-}" in
-  up)
-    need_tools
-    ensure_corpus
-    ensure_tls
-    detach_loops
-    rm -rf "$OUT"; mkdir -p "$OUT"
-    start_nginx
-    write_env
-    log "ready: $ENVFILE"
-    ;;
-  down)
-    rm -f "$ENVFILE"
-    stop_nginx
-    detach_loops
-    ;;
-  status)
-    if nginx_running; then echo "nginx running (pid $(nginx_pid))"; else echo "nginx not running"; fi
-    [ -f "$ENVFILE" ] && cat "$ENVFILE" || echo "no $ENVFILE"
-    ;;
-  *)
-    echo "usage: $0 up|down|status" >&2; exit 2 ;;
-esac
+env_up() {
+  need_tools
+  ensure_corpus
+  ensure_tls
+  detach_loops
+  rm -rf "$OUT"; mkdir -p "$OUT"
+  start_nginx
+  write_env
+  log "ready: $ENVFILE"
+}
+
+env_down() {
+  rm -f "$ENVFILE"
+  stop_nginx
+  detach_loops
+}
+
+env_status() {
+  if nginx_running; then echo "nginx running (pid $(nginx_pid))"; else echo "nginx not running"; fi
+  [ -f "$ENVFILE" ] && cat "$ENVFILE" || echo "no $ENVFILE"
+}
+
+env_main "$@"

@@ -24,14 +24,8 @@
 #   twofiles   one layer with disk/a.img and disk/b.img      twoqcow2  the same with two qcow2 files
 #   nodisk     one layer without disk/ (etc/hostname)      bootc     raw + label containers.bootc=1
 #   layered    layer 1 disk/disk.img (base.raw); layer 2 only etc/hostname (disk below an unrelated layer)
-set -euo pipefail
-
-HERE=$(cd "$(dirname "$0")" && pwd)
-TESTS=$(dirname "$HERE")
-WORK=${IMPORT_ENV_WORK:-$TESTS/work}
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-CORPUS=$WORK/corpus
+# shellcheck source=tests/infra/common.sh
+. "$(dirname "$0")/common.sh"
 R=$WORK/registry
 ENVFILE=$WORK/registry-env
 BASE_PORT=${REGISTRY_ENV_PORT_BASE:-19500}
@@ -39,9 +33,6 @@ P_PLAIN=$BASE_PORT
 P_TLS=$((BASE_PORT + 1))
 USER_NAME=importer
 USER_PASSWORD=reg-Pa55word
-
-log() { printf '[registry-env] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 need_tools() {
   local missing=()
@@ -63,8 +54,8 @@ need_tools() {
 # ---------------------------------------------------------------------------------------------------------------
 # registries
 # ---------------------------------------------------------------------------------------------------------------
-pid_of() { [ -f "$R/$1.pid" ] && cat "$R/$1.pid" 2>/dev/null || true; }
-running() { local p; p=$(pid_of "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+pid_of() { pidfile_pid "$R/$1.pid"; }
+running() { pidfile_alive "$R/$1.pid"; }
 
 tls_material() {
   local d=$R/tls
@@ -124,15 +115,9 @@ EOF
 }
 
 stop_registries() {
-  local name p
+  local name
   for name in plain tls; do
-    p=$(pid_of "$name")
-    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
-      kill "$p" 2>/dev/null || true
-      for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-      log "registry $name (pid $p) stopped"
-    fi
-    rm -f "$R/$name.pid"
+    stop_pidfile "$R/$name.pid" "registry $name" TERM
   done
 }
 
@@ -298,7 +283,7 @@ REGISTRY_TLS_PID=$(pid_of tls)
 EOF
 }
 
-up() {
+env_up() {
   need_tools
   mkdir -p "$R"
   tls_material
@@ -317,16 +302,16 @@ up() {
   log "settings in $ENVFILE"
 }
 
-case "${1:-}" in
-  up) up ;;
-  down)
-    stop_registries
-    rm -f "$ENVFILE"
-    ;;
-  status)
-    for n in plain tls; do
-      if running "$n"; then echo "registry $n running (pid $(pid_of "$n"))"; else echo "registry $n not running"; fi
-    done
-    ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
-esac
+env_down() {
+  stop_registries
+  rm -f "$ENVFILE"
+}
+
+env_status() {
+  local n
+  for n in plain tls; do
+    if running "$n"; then echo "registry $n running (pid $(pid_of "$n"))"; else echo "registry $n not running"; fi
+  done
+}
+
+env_main "$@"

@@ -11,14 +11,8 @@
 # `<root>/.bucket-…object-….internal.json` sidecar holding the MD5 ETag is written next to it so that s3s-fs does
 # not hash the whole object on every (ranged) GET. `up` checks the seeding with a SigV4-signed curl HEAD.
 # Override with S3_ENV_PORT, S3S_ROOT (install root), IMPORT_ENV_WORK (work directory).
-set -euo pipefail
-
-HERE=$(cd "$(dirname "$0")" && pwd)
-TESTS=$(dirname "$HERE")
-WORK=${IMPORT_ENV_WORK:-$TESTS/work}
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-CORPUS=$WORK/corpus
+# shellcheck source=tests/infra/common.sh
+. "$(dirname "$0")/common.sh"
 S3DIR=$WORK/s3
 DATA=$S3DIR/data
 PIDFILE=$S3DIR/s3s-fs.pid
@@ -47,9 +41,6 @@ OBJECTS=(
 # Generated (not from the corpus): incompressible bytes, big enough for the resume test to pause the server mid-body.
 RESUME_KEY=resume-192m.raw
 RESUME_SIZE=$((192 * 1024 * 1024))
-
-log() { printf '[s3-env] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 ensure_s3s() {
   if [ -x "$S3S_BIN" ] && "$S3S_BIN" --version 2>/dev/null | grep -q "$S3S_VERSION"; then
@@ -92,8 +83,8 @@ seed() {
 # sidecar KEY MD5: s3s-fs's internal info (the ETag), so that it does not hash the object on every request.
 sidecar() { printf '{"e_tag":"%s"}' "$2" >"$DATA/.bucket-$(b64url "$BUCKET").object-$(b64url "$1").internal.json"; }
 
-pid() { [ -f "$PIDFILE" ] && cat "$PIDFILE" 2>/dev/null || true; }
-running() { local p; p=$(pid); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+pid() { pidfile_pid "$PIDFILE"; }
+running() { pidfile_alive "$PIDFILE"; }
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # s3curl ARGS...: a SigV4-signed request.
@@ -151,37 +142,26 @@ EOF
   mv "$ENVFILE.tmp" "$ENVFILE"
 }
 
-stop() {
-  local p
-  p=$(pid)
-  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
-    kill "$p"
-    local i
-    for i in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
-    log "s3s-fs (pid $p) stopped"
-  fi
-  rm -f "$PIDFILE"
+stop() { stop_pidfile "$PIDFILE" s3s-fs TERM KILL; }
+
+env_up() {
+  command -v curl >/dev/null 2>&1 || die "curl is needed"
+  ensure_s3s
+  seed
+  start
+  verify
+  write_env
+  log "ready: $ENVFILE"
 }
 
-case "${1:-}" in
-  up)
-    command -v curl >/dev/null 2>&1 || die "curl is needed"
-    ensure_s3s
-    seed
-    start
-    verify
-    write_env
-    log "ready: $ENVFILE"
-    ;;
-  down)
-    rm -f "$ENVFILE"
-    stop
-    ;;
-  status)
-    if running; then echo "s3s-fs running (pid $(pid)) on $ENDPOINT"; else echo "s3s-fs not running"; fi
-    [ -f "$ENVFILE" ] && cat "$ENVFILE" || echo "no $ENVFILE"
-    ;;
-  *)
-    echo "usage: $0 up|down|status" >&2; exit 2 ;;
-esac
+env_down() {
+  rm -f "$ENVFILE"
+  stop
+}
+
+env_status() {
+  if running; then echo "s3s-fs running (pid $(pid)) on $ENDPOINT"; else echo "s3s-fs not running"; fi
+  [ -f "$ENVFILE" ] && cat "$ENVFILE" || echo "no $ENVFILE"
+}
+
+env_main "$@"

@@ -7,6 +7,13 @@
 pub const BACKING_FILE: &[&str] = &["backing file"];
 /// qcow2 with an external data file (`-o data_file=...`).
 pub const DATA_FILE: &[&str] = &["data file"];
+/// A child image of a format delegated to qemu-img: differencing VHD/VHDX/VDI, VMDK delta (parentCID,
+/// parentFileNameHint).
+pub const PARENT_IMAGE: &[&str] = &["parent"];
+/// qemu-img stopped by its address space limit.
+pub const QEMU_IMG_OUT_OF_MEMORY: &[&str] = &["ran out of memory (address space limit"];
+/// A virtual size larger than the target filesystem's largest file (ext4: 16 TiB).
+pub const FILE_TOO_LARGE: &[&str] = &["larger than the largest file the target filesystem can hold"];
 /// Encrypted qcow2 (AES crypt_method=1 or LUKS crypt_method=2).
 pub const ENCRYPTED: &[&str] = &["encrypt"];
 /// Unknown bits in the qcow2 incompatible-features field.

@@ -1,5 +1,5 @@
 //! A small misbehaving HTTP/1.1 server for cases nginx cannot produce: flaky 503s, connection resets and stalls
-//! mid-body, and a Content-Length that lies. It serves one file (any path), honours `Range: bytes=a-b` / `a-`, and
+//! mid-body, a Content-Length that lies, and requests accepted but never answered. It serves one file (any path), honours `Range: bytes=a-b` / `a-`, and
 //! answers every request with `Connection: close`. It runs on its own thread and runtime; dropping the
 //! [`TestServer`] stops it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
@@ -30,6 +30,20 @@ pub enum Behavior {
     StallAt { offset: u64, stall: Duration, times: usize },
     /// Every response announces the full Content-Length but sends `missing` bytes less, then closes.
     ShortBody { missing: u64 },
+    /// The requests `which` selects are read and then never answered (no status line, no headers): the
+    /// connection stays open, silent, until the server stops. Other requests are served normally.
+    Silent { which: Silence },
+}
+
+/// Which requests a [`Behavior::Silent`] server leaves unanswered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Silence {
+    /// Every request (whatever it is: HTTP, S3, a registry's API, a TLS handshake).
+    All,
+    /// GET requests (HEAD is answered).
+    Get,
+    /// Requests with a Range header.
+    Ranged,
 }
 
 /// What the server saw and sent.
@@ -137,6 +151,9 @@ struct Request {
     range: Option<String>,
 }
 
+/// How long a silent server holds a connection (it is dropped earlier when the server stops).
+const SILENCE: Duration = Duration::from_secs(3600);
+
 async fn read_request(sock: &mut TcpStream) -> std::io::Result<Option<Request>> {
     let mut buf = Vec::with_capacity(2048);
     let mut tmp = [0u8; 2048];
@@ -182,12 +199,38 @@ fn claim_fault(stats: &Stats, times: usize) -> bool {
 }
 
 async fn handle(mut sock: TcpStream, st: Arc<State>) -> std::io::Result<()> {
+    if matches!(st.behavior, Behavior::Silent { which: Silence::All }) {
+        // Not even a request is needed (a TLS client sends no HTTP request line): accept, read, say nothing.
+        st.stats.requests.fetch_add(1, Ordering::SeqCst);
+        st.stats.faults.fetch_add(1, Ordering::SeqCst);
+        st.stats.log.lock().unwrap().push(String::from("connection -> silent"));
+        let mut sink = [0u8; 4096];
+        let silence = async {
+            while sock.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+            tokio::time::sleep(SILENCE).await;
+        };
+        let _ = tokio::time::timeout(SILENCE, silence).await;
+        return Ok(());
+    }
     let Some(req) = read_request(&mut sock).await? else {
         return Ok(());
     };
     let n = st.stats.requests.fetch_add(1, Ordering::SeqCst) + 1;
     st.stats.seen.lock().unwrap().push((req.method.clone(), req.range.clone()));
     let logline = |status: u16| format!("{} {} range={:?} -> {status}", req.method, req.path, req.range);
+
+    if let Behavior::Silent { which } = st.behavior
+        && match which {
+            Silence::All => true,
+            Silence::Get => req.method == "GET",
+            Silence::Ranged => req.range.is_some(),
+        }
+    {
+        st.stats.faults.fetch_add(1, Ordering::SeqCst);
+        st.stats.log.lock().unwrap().push(format!("{} {} range={:?} -> silent", req.method, req.path, req.range));
+        tokio::time::sleep(SILENCE).await;
+        return Ok(());
+    }
 
     if let Behavior::Flaky503 { failures } = st.behavior
         && n <= failures

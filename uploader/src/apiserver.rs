@@ -55,7 +55,7 @@ pub enum Error {
     },
     /// TLS material could not be built.
     #[error("TLS setup failed")]
-    Tls(#[from] crate::tls::Error),
+    Tls(#[from] importer::serve::tls::Error),
     /// Key handling failed.
     #[error("signing key")]
     Key(#[from] token::Error),
@@ -422,9 +422,9 @@ pub async fn ensure_signing_key(client: &kube::Client, ns: &str) -> Result<(Stri
         ]
         .into(),
     );
-    match api.create(&Default::default(), &s).await {
-        Ok(_) => Ok((private, public)),
-        Err(kube::Error::Api(e)) if e.code == 409 => {
+    match controller_runtime::api::create_if_absent(&api, &s).await {
+        Ok(Some(_)) => Ok((private, public)),
+        Ok(None) => {
             // Another replica won the race: use its key.
             let s = api.get(SIGNING_KEY_SECRET).await.map_err(|e| kerr("reading", e))?;
             read(&s).ok_or_else(|| Error::AuthConfig(format!("Secret {SIGNING_KEY_SECRET} lacks id_rsa/id_rsa.pub")))
@@ -464,10 +464,12 @@ pub async fn start<A: Authorizer>(
 ) -> Result<Running> {
     let key = token::encoding_key(private_key_pem.as_bytes())?;
     let names = ["cdi-api".to_owned(), format!("cdi-api.{namespace}"), format!("cdi-api.{namespace}.svc")];
-    let (chain, skey, _) = crate::tls::self_signed(&names)?;
-    let cas =
-        crate::tls::roots(&crate::tls::certs_from_pem(auth.client_ca_pem.as_bytes(), "requestheader-client-ca-file")?)?;
-    let tls = crate::tls::server_config(chain, skey, Some(cas))?;
+    let (chain, skey, _) = importer::serve::tls::self_signed(&names)?;
+    let cas = importer::serve::tls::roots(&importer::serve::tls::certs_from_pem(
+        auth.client_ca_pem.as_bytes(),
+        "requestheader-client-ca-file",
+    )?)?;
+    let tls = importer::serve::tls::server_config(chain, skey, Some(cas))?;
     let listener = TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: listen, source })?;
     let app = Arc::new(App { auth, authorizer, key });

@@ -1,10 +1,10 @@
-//! HTTP plumbing shared by the servers: one body type, small response builders, and a TLS accept loop with
-//! graceful shutdown that hands each request the connection's verified client-certificate common name.
+//! HTTP plumbing shared by the servers: one body type, small response builders, and the TLS accept loop
+//! (importer's, [`importer::serve::tls`]) handing each request the connection's verified client-certificate
+//! common name.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +13,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
+use importer::serve::tls;
 use tokio::net::TcpListener;
 
 /// Error type of response bodies.
@@ -71,9 +70,8 @@ pub fn html_escape(s: &str) -> String {
     out
 }
 
-/// Serves HTTP/1.1 over TLS on `listener` until `shutdown` resolves, then stops accepting and waits up to
-/// `drain` for open connections to finish their current response. `handler` gets each request and the
-/// connection's [`ConnInfo`].
+/// Serves `handler` over TLS on `listener` (see [`importer::serve::tls::serve_tls`]), handing it the
+/// connection's [`ConnInfo`] with the verified client certificate's common name.
 pub async fn serve_tls<H, F, S>(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -85,95 +83,11 @@ pub async fn serve_tls<H, F, S>(
     F: Future<Output = Response<Body>> + Send + 'static,
     S: Future<Output = ()>,
 {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, remote) = tokio::select! {
-            () = &mut shutdown => break,
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
-        let handler = handler.clone();
-        let watcher = graceful.watcher();
-        // A second descriptor of the socket, so that dropping the connection does not close it (see
-        // [`linger_close`]).
-        let linger = tcp.as_fd().try_clone_to_owned().ok();
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%remote, "TLS handshake failed: {e}");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let peer_cn = crate::tls::peer_common_name(stream.get_ref().1);
-            let info = Arc::new(ConnInfo { remote, peer_cn });
-            let svc = hyper::service::service_fn(move |req| {
-                let fut = handler(req, info.clone());
-                async move { Ok::<_, Infallible>(fut.await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%remote, "connection ended: {e}");
-            }
-            if let Some(fd) = linger {
-                linger_close(fd).await;
-            }
-        });
-    }
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
-        tracing::warn!("connections still open after {drain:?}; closing");
-    }
-}
-
-/// Resolves when the process receives SIGTERM (or SIGINT). Our binaries run as PID 1 of their containers, where
-/// a signal without a handler is ignored: without this, every pod deletion waits out the 30 s grace period and
-/// ends with SIGKILL. (Go binaries, as upstream's, exit on SIGTERM by default.)
-pub async fn terminated() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
-}
-
-/// How long a closed connection keeps draining what the client still sends (Go's `rstAvoidanceDelay` is 500 ms).
-const LINGER: Duration = Duration::from_secs(1);
-
-/// Closes a connection the way Go's `net/http` does (`closeWriteAndWait`): a response sent before the request
-/// body was consumed (400/401/503, an upload server refusing early) ends the connection with the client still
-/// sending. Closing the socket at once makes the kernel answer those bytes with a RST, and the client then often
-/// loses the response (`Broken pipe` / `Connection reset` instead of the status). So: send FIN, read and discard
-/// until the client closes or [`LINGER`] passes, then close.
-async fn linger_close(fd: std::os::fd::OwnedFd) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let std = std::net::TcpStream::from(fd);
-    if std.set_nonblocking(true).is_err() {
-        return;
-    }
-    let Ok(mut s) = tokio::net::TcpStream::from_std(std) else { return };
-    let _ = s.shutdown().await;
-    let mut buf = vec![0u8; 16 << 10];
-    let _ = tokio::time::timeout(LINGER, async {
-        while let Ok(n) = s.read(&mut buf).await
-            && n > 0
-        {}
-    })
-    .await;
+    let handler = move |req, peer: Arc<tls::Peer>| {
+        let info = Arc::new(ConnInfo { remote: peer.addr, peer_cn: peer.common_name() });
+        handler(req, info)
+    };
+    tls::serve_tls(listener, tls, handler, shutdown, drain).await;
 }
 
 #[cfg(test)]

@@ -10,17 +10,18 @@
 //! ```
 //!
 //! * [`token`]: the upload token (compact JWS, PS256) — pure signing and verification.
-//! * [`tls`]: certificate loading, rustls configurations, peer common names.
+//! * TLS (certificate loading, rustls configurations, the accept loop) is the importer's
+//!   `importer::serve::tls`, shared with the clone source and pod-mode metrics.
 //! * [`server`]: the upload server (routes, single-upload state machine, importer pipeline, progress metric,
 //!   termination message).
 //! * [`proxy`]: the upload proxy (routes, token checks, readiness, path rewrite, streaming reverse proxy).
 //! * [`apiserver`]: the aggregated API server for `upload.cdi.kubevirt.io/v1beta1` `uploadtokenrequests`.
 //! * [`http`]: small HTTP helpers shared by the three servers.
 
+#![deny(missing_docs)]
+
 pub mod apiserver;
-pub mod cli;
 pub mod http;
 pub mod proxy;
 pub mod server;
-pub mod tls;
 pub mod token;

@@ -28,21 +28,14 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::net::{TcpListener, TcpStream};
 
+use contracts::cdi::consts::ann;
+use contracts::cdi::{ClaimOptions, WorkerPhase, WorkerState};
+
 use crate::http::{Body, ConnInfo, empty, html_escape, text};
 use crate::token;
 
-/// PVC annotation: the PVC receives an upload.
-pub const ANN_UPLOAD_TARGET: &str = "cdi.kubevirt.io/storage.upload.target";
-/// PVC annotation: the upload pod's phase.
-pub const ANN_POD_PHASE: &str = "cdi.kubevirt.io/storage.pod.phase";
-/// PVC annotation: the upload pod is ready.
-pub const ANN_POD_READY: &str = "cdi.kubevirt.io/storage.pod.ready";
-/// PVC annotation: content type (`kubevirt` or `archive`).
-pub const ANN_CONTENT_TYPE: &str = "cdi.kubevirt.io/storage.contentType";
-/// PVC annotation: the populator's PVC′ name.
-pub const ANN_PVC_PRIME: &str = "cdi.kubevirt.io/storage.populator.pvcPrime";
 /// Upload server port.
-pub const UPLOAD_SERVER_PORT: u16 = 8443;
+pub const UPLOAD_SERVER_PORT: u16 = crds::cdi::consts::WORKER_PORT as u16;
 /// The proxy's upload paths (upstream `ProxyPaths`).
 pub const PROXY_PATHS: [&str; 8] = [
     "/v1beta1/upload",
@@ -70,7 +63,7 @@ pub enum Error {
     },
     /// TLS material could not be loaded.
     #[error("TLS setup failed")]
-    Tls(#[from] crate::tls::Error),
+    Tls(#[from] importer::serve::tls::Error),
     /// The token public key is unusable.
     #[error("unable to retrieve apiserver signing key")]
     Key(#[from] token::Error),
@@ -258,19 +251,16 @@ pub enum Readiness {
 
 /// Upstream's `UploadPossibleForPVC` plus the phase and ready checks.
 pub fn readiness(pvc_name: &str, annotations: &BTreeMap<String, String>) -> Readiness {
-    if !annotations.contains_key(ANN_UPLOAD_TARGET) {
+    if !annotations.contains_key(ann::UPLOAD_TARGET) {
         return Readiness::Refused(format!("PVC {pvc_name} is not an upload target"));
     }
-    if annotations.get(ANN_POD_PHASE).map(String::as_str) == Some("Succeeded") {
+    let state = WorkerState::of(annotations);
+    if state.phase == Some(WorkerPhase::Succeeded) {
         return Readiness::Refused(format!(
             "rejecting Upload Request for PVC {pvc_name} that already finished uploading"
         ));
     }
-    if annotations.get(ANN_POD_READY).is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1") {
-        Readiness::Ready
-    } else {
-        Readiness::NotReady
-    }
+    if state.ready { Readiness::Ready } else { Readiness::NotReady }
 }
 
 /// Name of the upload server Service/pod of a PVC (`cdi-upload-<pvc>`, shortened when too long).
@@ -282,7 +272,7 @@ pub fn upload_service_name(pvc: &str) -> String {
 fn populator_prime(pvc: &PersistentVolumeClaim) -> Option<Option<String>> {
     let r = pvc.spec.as_ref()?.data_source_ref.as_ref()?;
     (r.kind == "VolumeUploadSource")
-        .then(|| pvc.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PVC_PRIME).cloned()))
+        .then(|| pvc.metadata.annotations.as_ref().and_then(|a| ClaimOptions::of(a).pvc_prime))
 }
 
 struct App<C> {
@@ -308,9 +298,9 @@ async fn upload_ready<C: Cluster>(app: &App<C>, ns: &str, name: &str) -> Result<
             Some(Some(prime)) => app.cluster.pvc(ns, &prime).await.map_err(|e| e.to_string())?.map(|p| (prime, p)),
         };
         if let Some((eff, p)) = target {
-            let ann = p.metadata.annotations.clone().unwrap_or_default();
-            match readiness(name, &ann) {
-                Readiness::Ready => return Ok((eff, ann.get(ANN_CONTENT_TYPE).cloned())),
+            let annotations = p.metadata.annotations.clone().unwrap_or_default();
+            match readiness(name, &annotations) {
+                Readiness::Ready => return Ok((eff, annotations.get(ann::CONTENT_TYPE).cloned())),
                 Readiness::Refused(m) => return Err(m),
                 Readiness::NotReady => {}
             }
@@ -354,7 +344,7 @@ async fn forward<C: Cluster>(
     server_name: &str,
     path: &str,
 ) -> Result<Response<Body>, String> {
-    let name = crate::tls::server_name(server_name).map_err(|e| e.to_string())?;
+    let name = importer::serve::tls::server_name(server_name).map_err(|e| e.to_string())?;
     let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
     let _ = tcp.set_nodelay(true);
     let tls = tokio_rustls::TlsConnector::from(app.client_tls.clone())
@@ -403,7 +393,7 @@ async fn handle_upload<C: Cluster>(app: Arc<App<C>>, req: Request<Incoming>) -> 
     {
         Ok(p) => p,
         Err(e) => {
-            tracing::info!("rejecting token: {}", importer::error::chain_line(&e));
+            tracing::info!("rejecting token: {}", contracts::errors::chain_line(&e));
             return empty(StatusCode::UNAUTHORIZED);
         }
     };
@@ -509,18 +499,19 @@ impl Running {
 /// Loads keys and certificates, binds and starts serving.
 pub async fn start<C: Cluster>(cfg: Config, cluster: Arc<C>) -> Result<Running> {
     let key = token::decoding_key(cfg.public_key_pem.as_bytes())?;
-    let client = (crate::tls::load_certs(&cfg.client_cert)?, crate::tls::load_key(&cfg.client_key)?);
-    let server_ca = crate::tls::roots(&crate::tls::load_certs(&cfg.server_ca)?)?;
-    let client_tls = crate::tls::client_config(server_ca, Some(client))?;
+    let client =
+        (importer::serve::tls::load_certs(&cfg.client_cert)?, importer::serve::tls::load_key(&cfg.client_key)?);
+    let server_ca = importer::serve::tls::roots(&importer::serve::tls::load_certs(&cfg.server_ca)?)?;
+    let client_tls = importer::serve::tls::client_config(server_ca, Some(client))?;
     let (chain, skey, pem) = match &cfg.serving {
-        Some((c, k)) => (crate::tls::load_certs(c)?, crate::tls::load_key(k)?, None),
+        Some((c, k)) => (importer::serve::tls::load_certs(c)?, importer::serve::tls::load_key(k)?, None),
         None => {
             let names = ["cdi-uploadproxy", "cdi-uploadproxy.cdi", "cdi-uploadproxy.cdi.svc", "localhost"];
-            let (c, k, p) = crate::tls::self_signed(&names.map(String::from))?;
+            let (c, k, p) = importer::serve::tls::self_signed(&names.map(String::from))?;
             (c, k, Some(p))
         }
     };
-    let tls = crate::tls::server_config(chain, skey, None)?;
+    let tls = importer::serve::tls::server_config(chain, skey, None)?;
     let listener = TcpListener::bind(cfg.listen).await.map_err(|source| Error::Bind { addr: cfg.listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: cfg.listen, source })?;
     let app = Arc::new(App { cfg, cluster, key, client_tls });
@@ -567,18 +558,27 @@ mod tests {
         assert!(rewrite_path("/v1beta1/upload", Some("weird")).is_err());
     }
 
-    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
     fn readiness_checks() {
-        assert_eq!(readiness("p", &ann(&[])), Readiness::Refused("PVC p is not an upload target".into()));
-        assert_eq!(readiness("p", &ann(&[(ANN_UPLOAD_TARGET, "")])), Readiness::NotReady);
-        assert_eq!(readiness("p", &ann(&[(ANN_UPLOAD_TARGET, ""), (ANN_POD_READY, "false")])), Readiness::NotReady);
-        assert_eq!(readiness("p", &ann(&[(ANN_UPLOAD_TARGET, ""), (ANN_POD_READY, "true")])), Readiness::Ready);
+        assert_eq!(readiness("p", &annotations(&[])), Readiness::Refused("PVC p is not an upload target".into()));
+        assert_eq!(readiness("p", &annotations(&[(ann::UPLOAD_TARGET, "")])), Readiness::NotReady);
         assert_eq!(
-            readiness("p", &ann(&[(ANN_UPLOAD_TARGET, ""), (ANN_POD_READY, "true"), (ANN_POD_PHASE, "Succeeded")])),
+            readiness("p", &annotations(&[(ann::UPLOAD_TARGET, ""), (ann::POD_READY, "false")])),
+            Readiness::NotReady
+        );
+        assert_eq!(
+            readiness("p", &annotations(&[(ann::UPLOAD_TARGET, ""), (ann::POD_READY, "true")])),
+            Readiness::Ready
+        );
+        assert_eq!(
+            readiness(
+                "p",
+                &annotations(&[(ann::UPLOAD_TARGET, ""), (ann::POD_READY, "true"), (ann::POD_PHASE, "Succeeded")])
+            ),
             Readiness::Refused("rejecting Upload Request for PVC p that already finished uploading".into())
         );
     }

@@ -23,46 +23,41 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use contracts::cdi::consts::message;
+use contracts::cdi::env::var;
+use contracts::cdi::{ContentType, EnvError, TerminationMessage, UploadServerEnv};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use importer::plan::SizeRule;
-use importer::pod::{self, Volume};
+use importer::pod::archive::extract_tar;
+use importer::pod::volume::{Volume, set_mode};
 use importer::progress::{Phase, Progress};
 use importer::source::{OpenedSource, SourceLocation, SourceOptions, push};
 use importer::{ErrorKind, ImportRequest, pipeline};
-use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+use importer::serve::tls;
 
 use crate::http::{Body, ConnInfo, empty, text};
 
 /// The progress metric the DataVolume controller scrapes.
 pub const PROGRESS_METRIC: &str = "kubevirt_cdi_upload_progress_total";
-/// Upstream's client certificate name.
-pub const DEFAULT_CLIENT_NAME: &str = "client.upload-server.cdi.kubevirt.io";
 /// Header marking clone streams (not supported here).
 pub const CONTENT_TYPE_HEADER: &str = "x-cdi-content-type";
 /// What is drained from a client after a failed upload before answering (the rest is cut off).
 const DRAIN_AFTER_ERROR: u64 = 256 << 20;
-/// 1 MiB.
-const MIB: u64 = 1 << 20;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The environment is unusable.
-    #[error("invalid {name}: {message}")]
-    Config {
-        /// Variable name.
-        name: &'static str,
-        /// What is wrong.
-        message: String,
-    },
+    #[error(transparent)]
+    Config(#[from] EnvError),
     /// TLS material could not be loaded.
     #[error("TLS setup failed")]
-    Tls(#[from] crate::tls::Error),
+    Tls(#[from] tls::Error),
     /// Binding the listen address failed.
     #[error("binding {addr}")]
     Bind {
@@ -108,45 +103,36 @@ pub struct Config {
     pub termination_log: PathBuf,
 }
 
-fn invalid(name: &'static str, message: impl Into<String>) -> Error {
-    Error::Config { name, message: message.into() }
-}
-
 impl Config {
-    /// Reads the upload server's environment.
+    /// Reads the upload server's environment ([`UploadServerEnv`], plus this server's test overrides
+    /// `UPLOADSERVER_SCRATCH_DIR` and `UPLOADSERVER_TERMINATION_LOG`).
     pub fn from_env(env: &BTreeMap<String, String>) -> Result<Config> {
+        let e = UploadServerEnv::from_env(env)?;
         let get = |k: &str| env.get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let need = |k: &'static str| get(k).ok_or_else(|| invalid(k, "not set"));
-        let host = get("LISTEN_ADDRESS").unwrap_or_else(|| String::from("0.0.0.0"));
-        let port = get("LISTEN_PORT").unwrap_or_else(|| String::from("8443"));
-        let port: u16 = port.parse().map_err(|_| invalid("LISTEN_PORT", format!("{port:?}")))?;
-        let ip: std::net::IpAddr = host.parse().map_err(|_| invalid("LISTEN_ADDRESS", format!("{host:?}")))?;
-        let image_size = get("UPLOAD_IMAGE_SIZE")
-            .map(|q| importer::size::parse_quantity(&q).map_err(|e| invalid("UPLOAD_IMAGE_SIZE", e)))
-            .transpose()?;
-        let overhead = importer::pod::parse_overhead(get("FILESYSTEM_OVERHEAD").as_deref())
-            .map_err(|e| invalid("FILESYSTEM_OVERHEAD", e))?;
-        let preallocation = importer::pod::parse_preallocation(get("PREALLOCATION").as_deref())
-            .map_err(|e| invalid("PREALLOCATION", e))?;
-        let deadline = get("DEADLINE")
+        let host = e.listen_address.clone().unwrap_or_else(|| String::from("0.0.0.0"));
+        let ip: std::net::IpAddr =
+            host.parse().map_err(|_| EnvError::invalid(var::LISTEN_ADDRESS, format!("{host:?}")))?;
+        let deadline = e
+            .deadline
+            .as_deref()
             .map(|d| {
-                chrono::DateTime::parse_from_rfc3339(&d)
+                chrono::DateTime::parse_from_rfc3339(d)
                     .map(SystemTime::from)
-                    .map_err(|e| invalid("DEADLINE", format!("{d:?}: {e}")))
+                    .map_err(|err| EnvError::invalid(var::DEADLINE, format!("{d:?}: {err}")))
             })
             .transpose()?;
         Ok(Config {
-            listen: SocketAddr::new(ip, port),
-            tls_cert: need("TLS_CERT_FILE")?.into(),
-            tls_key: need("TLS_KEY_FILE")?.into(),
-            client_ca: need("CLIENT_CERT_FILE")?.into(),
-            client_name: get("CLIENT_NAME").unwrap_or_else(|| DEFAULT_CLIENT_NAME.to_owned()),
-            destination: get("DESTINATION").unwrap_or_else(|| String::from("/data/disk.img")).into(),
-            image_size,
-            overhead,
-            preallocation,
+            listen: SocketAddr::new(ip, e.listen_port),
+            tls_cert: e.tls_cert_file.into(),
+            tls_key: e.tls_key_file.into(),
+            client_ca: e.client_cert_file.into(),
+            client_name: e.client_name,
+            destination: e.destination.into(),
+            image_size: e.image_size.map(|q| q.bytes()),
+            overhead: e.filesystem_overhead,
+            preallocation: e.preallocation,
             deadline,
-            owner_uid: get("OWNER_UID").unwrap_or_default(),
+            owner_uid: e.owner_uid,
             scratch_dir: get("UPLOADSERVER_SCRATCH_DIR").unwrap_or_else(|| String::from("/scratch")).into(),
             termination_log: get("UPLOADSERVER_TERMINATION_LOG")
                 .unwrap_or_else(|| String::from("/dev/termination-log"))
@@ -173,15 +159,6 @@ pub enum Carrier {
     Form,
 }
 
-/// What the upload holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Content {
-    /// A disk image, converted to raw.
-    Kubevirt,
-    /// A tar archive extracted into the volume.
-    Archive,
-}
-
 /// Where a path leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -196,7 +173,7 @@ pub enum Route {
         /// Body or form.
         carrier: Carrier,
         /// Image or archive.
-        content: Content,
+        content: ContentType,
     },
     /// Anything else (404).
     NotFound,
@@ -214,11 +191,11 @@ pub fn route(path: &str) -> Route {
         },
     };
     match rest {
-        "upload" => up(Mode::Sync, Carrier::Body, Content::Kubevirt),
-        "upload-async" => up(Mode::Async, Carrier::Body, Content::Kubevirt),
-        "upload-archive" => up(Mode::Sync, Carrier::Body, Content::Archive),
-        "upload-form" => up(Mode::Sync, Carrier::Form, Content::Kubevirt),
-        "upload-form-async" => up(Mode::Async, Carrier::Form, Content::Kubevirt),
+        "upload" => up(Mode::Sync, Carrier::Body, ContentType::Kubevirt),
+        "upload-async" => up(Mode::Async, Carrier::Body, ContentType::Kubevirt),
+        "upload-archive" => up(Mode::Sync, Carrier::Body, ContentType::Archive),
+        "upload-form" => up(Mode::Sync, Carrier::Form, ContentType::Kubevirt),
+        "upload-form-async" => up(Mode::Async, Carrier::Form, ContentType::Kubevirt),
         _ => Route::NotFound,
     }
 }
@@ -235,32 +212,19 @@ pub enum Outcome {
     DeadlinePassed,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct TerminationMessage {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    preallocation_applied: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    deadline_passed: Option<bool>,
-    message: &'static str,
-}
-
 impl Outcome {
     /// The termination message (specs/cdi.md §2.5 key order).
     pub fn termination_message(self) -> String {
-        let m = match self {
+        match self {
             Outcome::Complete { preallocated } => TerminationMessage {
                 preallocation_applied: Some(preallocated),
-                deadline_passed: None,
-                message: "Upload Complete",
+                ..TerminationMessage::text(message::UPLOAD_COMPLETE)
             },
-            Outcome::DeadlinePassed => TerminationMessage {
-                preallocation_applied: None,
-                deadline_passed: Some(true),
-                message: "Deadline Passed",
-            },
-        };
-        serde_json::to_string(&m).unwrap_or_else(|_| format!("{{\"message\":\"{}\"}}", m.message))
+            Outcome::DeadlinePassed => {
+                TerminationMessage { deadline_passed: Some(true), ..TerminationMessage::text("Deadline Passed") }
+            }
+        }
+        .to_line()
     }
 }
 
@@ -304,7 +268,7 @@ impl Shared {
 
     fn render_metrics(&self) -> String {
         let s = self.progress.snapshot();
-        let pct = if self.state() == State::Done { 100.0 } else { importer::metrics::overall_percent(&s) };
+        let pct = if self.state() == State::Done { 100.0 } else { s.overall_percent() };
         let v = (pct.clamp(0.0, 100.0) * 100.0) as u64;
         let best = self.best.fetch_max(v, Ordering::Relaxed).max(v);
         let uid = self.cfg.owner_uid.replace('\\', "\\\\").replace('"', "\\\"");
@@ -324,35 +288,21 @@ impl Shared {
 /// The target volume: `DESTINATION` if it is a block device, else the directory holding the image file.
 fn volume(dest: &Path) -> Volume {
     let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    importer::pod::volume_at(dest, dir)
+    Volume::detect(dest, dir)
 }
 
 /// Runs one upload's import on the calling (blocking) thread. Returns whether preallocation was applied.
-fn import(cfg: &Config, content: Content, opened: OpenedSource, progress: &Progress) -> importer::Result<bool> {
+fn import(cfg: &Config, content: ContentType, opened: OpenedSource, progress: &Progress) -> importer::Result<bool> {
     let vol = volume(&cfg.destination);
     let scratch = cfg.scratch_dir.is_dir().then(|| cfg.scratch_dir.clone());
     let name = SourceLocation::File(PathBuf::from("upload body"));
     match content {
-        Content::Archive => {
-            pod::extract_tar(
-                &vol,
-                "upload",
-                progress,
-                || pipeline::probe_opened(opened, &name, progress, None),
-                || Ok(()),
-            )?;
+        ContentType::Archive => {
+            extract_tar(&vol, "upload", progress, || pipeline::probe_opened(opened, &name, progress, None), || Ok(()))?;
             Ok(false)
         }
-        Content::Kubevirt => {
-            let available = pod::available_space(&vol, cfg.image_size)?;
-            let (dest, size) = match &vol {
-                Volume::Filesystem(_) => {
-                    let usable = pod::usable_space(cfg.overhead, available);
-                    let target = cfg.image_size.map_or(usable, |s| s.min(usable));
-                    (cfg.destination.clone(), SizeRule::Fill { usable: target / MIB * MIB, available })
-                }
-                Volume::Block(dev) => (dev.clone(), SizeRule::Fill { usable: 0, available }),
-            };
+        ContentType::Kubevirt => {
+            let (dest, size) = vol.import_target(&cfg.destination, cfg.overhead, cfg.image_size)?;
             let req = ImportRequest {
                 source: name,
                 dest: dest.clone(),
@@ -364,7 +314,7 @@ fn import(cfg: &Config, content: Content, opened: OpenedSource, progress: &Progr
             };
             let report = pipeline::import_opened(&req, opened, progress)?;
             if matches!(vol, Volume::Filesystem(_)) {
-                pod::set_mode(&dest)?;
+                set_mode(&dest)?;
             }
             Ok(report.preallocated)
         }
@@ -443,7 +393,7 @@ async fn handle_upload(
     shared: Arc<Shared>,
     req: Request<Incoming>,
     carrier: Carrier,
-    content: Content,
+    content: ContentType,
 ) -> Response<Body> {
     if let Some(ct) = req.headers().get(CONTENT_TYPE_HEADER).and_then(|v| v.to_str().ok())
         && !ct.is_empty()
@@ -552,10 +502,10 @@ impl Running {
 
 /// Loads TLS material, binds and starts serving.
 pub async fn start(cfg: Config) -> Result<Running> {
-    let chain = crate::tls::load_certs(&cfg.tls_cert)?;
-    let key = crate::tls::load_key(&cfg.tls_key)?;
-    let cas = crate::tls::roots(&crate::tls::load_certs(&cfg.client_ca)?)?;
-    let tls = crate::tls::server_config(chain, key, Some(cas))?;
+    let chain = tls::load_certs(&cfg.tls_cert)?;
+    let key = tls::load_key(&cfg.tls_key)?;
+    let cas = tls::roots(&tls::load_certs(&cfg.client_ca)?)?;
+    let tls = tls::server_config(chain, key, Some(cas))?;
     let listener = TcpListener::bind(cfg.listen).await.map_err(|source| Error::Bind { addr: cfg.listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: cfg.listen, source })?;
     let (done_tx, mut done_rx) = watch::channel(None);
@@ -631,7 +581,7 @@ mod tests {
     #[test]
     fn route_table() {
         use Carrier::*;
-        use Content::*;
+        use ContentType::*;
         use Mode::*;
         let up = |mode, carrier, content| Route::Upload { mode, carrier, content };
         for v in ["v1beta1", "v1alpha1"] {

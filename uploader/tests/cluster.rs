@@ -1,6 +1,6 @@
 //! Real-cluster tests (`#[ignore]`d; `cargo test -p uploader --test cluster -- --ignored --test-threads=2` after
 //! `cargo build --workspace --bins`): the whole upload path on the test cluster (`tests/cluster/up`), deployed from
-//! `deploy/` with images built from this workspace's binaries (`kube_test_support::cdi::deploy_cdi`):
+//! `deploy/` with images built from this workspace's binaries (`cdi_test_support::deploy_cdi`):
 //!
 //! * the token API through the kube-apiserver's aggregation layer (kubectl create -f, RBAC decides);
 //! * our `virtctl image-upload` into Filesystem and Block DataVolumes (qcow2 and ISO), bytes checked against
@@ -14,21 +14,18 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use cdi_test_support::{self as cdi, compare_image, corpus, dv_image_path, dv_phase as phase};
+use contracts::errors::chain_line;
 use crds::cdi::datavolume::{DataVolume, DataVolumePhase};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
-use kube_test_support::cdi::{self, compare_image, dv_image_path, qemu_raw};
-use kube_test_support::{TestCluster, TestNamespace, apply_yaml, describe, poll_until};
+use kube_test_support::{TestCluster, TestNamespace, apply_yaml, poll_until};
 use uploader::token;
 
 fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn corpus(name: &str) -> PathBuf {
-    cdi::repo_root().join("tests/work/corpus").join(name)
 }
 
 /// How long a fresh upload DataVolume may take to get its upload pod ready.
@@ -44,24 +41,11 @@ async fn setup(prefix: &str) -> (TestCluster, Client, TestNamespace, cdi::CdiIma
     (cluster, client, ns, images)
 }
 
+/// Until APIService v1beta1.upload.cdi.kubevirt.io is Available.
 async fn wait_apiservice(cluster: &TestCluster) {
-    let kc = cluster.clone();
-    ok(poll_until("APIService v1beta1.upload.cdi.kubevirt.io Available", Duration::from_secs(120), move || {
-        let kc = kc.clone();
-        async move {
-            let out = kc
-                .kubectl([
-                    "get",
-                    "apiservice",
-                    "v1beta1.upload.cdi.kubevirt.io",
-                    "-o",
-                    "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-                ])
-                .ok()?;
-            (String::from_utf8_lossy(&out.stdout).trim() == "True").then_some(())
-        }
-    })
-    .await);
+    let available = "jsonpath={.status.conditions[?(@.type==\"Available\")].status}";
+    let args = ["get", "apiservice", "v1beta1.upload.cdi.kubevirt.io", "-o", available];
+    ok(cluster.kubectl_until(&args, "True", Duration::from_secs(120)).await);
 }
 
 /// The ready proxy pod running `images.uploadproxy` (a rollout may still be terminating an older one).
@@ -97,47 +81,34 @@ fn http_client() -> reqwest::Client {
     ok(reqwest::Client::builder().danger_accept_invalid_certs(true).timeout(Duration::from_secs(300)).build())
 }
 
+/// An upload DataVolume (`storage` is the value of `spec.storage`), followed by a document separator.
 fn upload_dv(name: &str, storage: &str) -> String {
-    format!(
-        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: {name}\nspec:\n  source:\n    upload: {{}}\n  storage: {storage}\n---\n"
-    )
-}
-
-fn phase(dv: &DataVolume) -> Option<DataVolumePhase> {
-    dv.status.as_ref()?.phase
+    cdi::datavolume_yaml(name, "    upload: {}", &format!("storage: {storage}")) + "---\n"
 }
 
 async fn wait_phase(api: &Api<DataVolume>, name: &str, want: DataVolumePhase, timeout: Duration) -> DataVolume {
-    let what = format!("DataVolume {name} {want:?}");
-    match poll_until(&what, timeout, || async {
-        api.get_opt(name).await.ok().flatten().filter(|d| phase(d) == Some(want))
-    })
-    .await
-    {
-        Ok(d) => d,
-        Err(_) => panic!("timed out waiting for {what}\n{}", describe(api, name).await),
-    }
+    ok(cdi::wait_dv_phase(api, name, want, timeout).await)
+}
+
+/// An UploadTokenRequest manifest named `name` for PVC `pvc`.
+fn token_request(name: &str, pvc: &str) -> String {
+    format!(
+        "apiVersion: upload.cdi.kubevirt.io/v1beta1\nkind: UploadTokenRequest\nmetadata:\n  name: {name}\nspec:\n  pvcName: {pvc}\n"
+    )
 }
 
 /// An upload token from `kubectl create -f` of an UploadTokenRequest (what upstream's docs tell users to do).
 async fn kubectl_token(cluster: &TestCluster, ns: &str, pvc: &str) -> String {
-    let dir = ok(tempfile::tempdir());
-    let file = dir.path().join("utr.yaml");
-    ok(std::fs::write(
-        &file,
-        format!(
-            "apiVersion: upload.cdi.kubevirt.io/v1beta1\nkind: UploadTokenRequest\nmetadata:\n  name: t-{pvc}\nspec:\n  pvcName: {pvc}\n"
-        ),
-    ));
-    let f = file.to_string_lossy().into_owned();
-    let mut out = ok(cluster.kubectl(["-n", ns, "create", "-f", &f, "-o", "json"]));
+    let manifest = token_request(&format!("t-{pvc}"), pvc);
+    let create = ["-n", ns, "create", "-o", "json"];
+    let mut out = ok(cluster.kubectl_with_manifest(&create, &manifest));
     for _ in 0..20 {
         if out.status.success() {
             break;
         }
         // Discovery of a just-registered group can lag a moment.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        out = ok(cluster.kubectl(["-n", ns, "create", "-f", &f, "-o", "json"]));
+        out = ok(cluster.kubectl_with_manifest(&create, &manifest));
     }
     assert!(out.status.success(), "kubectl create: {}", String::from_utf8_lossy(&out.stderr));
     let obj: serde_json::Value = ok(serde_json::from_slice(&out.stdout));
@@ -184,20 +155,9 @@ async fn post(
     if let Some(a) = auth {
         rb = rb.header("authorization", a);
     }
-    let resp = rb.send().await.unwrap_or_else(|e| panic!("POST {proxy}{path} (auth {auth:?}): {}", chain(&e)));
+    let resp = rb.send().await.unwrap_or_else(|e| panic!("POST {proxy}{path} (auth {auth:?}): {}", chain_line(&e)));
     let status = resp.status().as_u16();
     (status, resp.text().await.unwrap_or_default())
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 fn bearer(tok: &str) -> String {
@@ -221,13 +181,7 @@ fn read(path: &Path) -> Vec<u8> {
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn upload_token_requests_through_the_kube_apiserver() {
     let (cluster, client, ns, _) = setup("upload-token").await;
-    let dir = ok(tempfile::tempdir());
-    let file = dir.path().join("utr.yaml");
-    ok(std::fs::write(
-        &file,
-        "apiVersion: upload.cdi.kubevirt.io/v1beta1\nkind: UploadTokenRequest\nmetadata:\n  name: t1\nspec:\n  pvcName: disk\n",
-    ));
-    let f = file.to_string_lossy().into_owned();
+    let t1 = token_request("t1", "disk");
     // The admin may: kubectl create -f returns the object with status.token.
     let tok = kubectl_token(&cluster, ns.name(), "disk").await;
     // It verifies with the public key the proxy gets, and is bound to this namespace and PVC.
@@ -236,7 +190,8 @@ async fn upload_token_requests_through_the_kube_apiserver() {
     let p = ok(token::verify(&key, token::UPLOAD_TOKEN_ISSUER, &tok, SystemTime::now(), token::TOKEN_LEEWAY));
     assert_eq!(p, token::Payload::upload(ns.name(), "disk"));
     // A user without the permission is refused; with the namespace's edit role the same user may.
-    let denied = ok(cluster.kubectl(["-n", ns.name(), "--as", "mallory", "create", "-f", &f, "-o", "json"]));
+    let as_mallory = ["-n", ns.name(), "--as", "mallory", "create", "-o", "json"];
+    let denied = ok(cluster.kubectl_with_manifest(&as_mallory, &t1));
     assert!(!denied.status.success());
     let err = String::from_utf8_lossy(&denied.stderr).to_lowercase();
     assert!(err.contains("forbidden") || err.contains("unauthorized"), "{err}");
@@ -250,13 +205,13 @@ async fn upload_token_requests_through_the_kube_apiserver() {
         "--user=mallory",
     ]));
     assert!(rb.status.success(), "{}", String::from_utf8_lossy(&rb.stderr));
-    let mut allowed = ok(cluster.kubectl(["-n", ns.name(), "--as", "mallory", "create", "-f", &f, "-o", "json"]));
+    let mut allowed = ok(cluster.kubectl_with_manifest(&as_mallory, &t1));
     for _ in 0..10 {
         if allowed.status.success() {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await; // aggregated-role propagation
-        allowed = ok(cluster.kubectl(["-n", ns.name(), "--as", "mallory", "create", "-f", &f, "-o", "json"]));
+        allowed = ok(cluster.kubectl_with_manifest(&as_mallory, &t1));
     }
     assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
     ok(ns.delete().await);
@@ -267,7 +222,7 @@ async fn upload_token_requests_through_the_kube_apiserver() {
 async fn virtctl_uploads_qcow2_and_iso_into_filesystem_and_block_datavolumes() {
     let (cluster, client, ns, images) = setup("upload-virtctl").await;
     let proxy = proxy_url(&proxy_pod(&client, &images).await);
-    let virtctl = ok(cdi::workspace_binary("virtctl"));
+    let virtctl = ok(kube_test_support::workspace_binary("virtctl"));
     // (DataVolume, corpus file, volume mode)
     let cases = [
         ("qcow2-fs", "q2-v3.qcow2", "filesystem"),
@@ -332,10 +287,7 @@ async fn virtctl_uploads_qcow2_and_iso_into_filesystem_and_block_datavolumes() {
         assert_eq!(pvc.annotations().get("cdi.kubevirt.io/storage.pod.phase").map(String::as_str), Some("Succeeded"));
         let actual = ok(dv_image_path(&client, ns.name(), name).await);
         assert_eq!(actual.starts_with("/dev/"), mode == "block", "{name}: {}", actual.display());
-        let expected = ok(qemu_raw(&corpus(file)));
-        if let Err(e) = compare_image(&actual, expected.path()) {
-            panic!("{name} ({file}, {mode}): {e}");
-        }
+        ok(cdi::assert_volume_matches(&client, ns.name(), name, &corpus(file)).await);
     }
     watcher.abort();
     let seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
@@ -519,23 +471,8 @@ impl SmallWorkerPods {
         let out = ok(cluster.kubectl(["patch", "cdiconfig", "config", "--type=merge", "-p", patch]));
         assert!(out.status.success(), "patching CDIConfig: {}", String::from_utf8_lossy(&out.stderr));
         let guard = SmallWorkerPods(cluster.clone());
-        let kc = cluster.clone();
-        ok(poll_until("CDIConfig status with 10m worker CPU requests", Duration::from_secs(60), move || {
-            let kc = kc.clone();
-            async move {
-                let out = kc
-                    .kubectl([
-                        "get",
-                        "cdiconfig",
-                        "config",
-                        "-o",
-                        "jsonpath={.status.defaultPodResourceRequirements.requests.cpu}",
-                    ])
-                    .ok()?;
-                (String::from_utf8_lossy(&out.stdout).trim() == "10m").then_some(())
-            }
-        })
-        .await);
+        let cpu = "jsonpath={.status.defaultPodResourceRequirements.requests.cpu}";
+        ok(cluster.kubectl_until(&["get", "cdiconfig", "config", "-o", cpu], "10m", Duration::from_secs(60)).await);
         guard
     }
 }

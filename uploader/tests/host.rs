@@ -396,7 +396,7 @@ impl Cluster for FakeCluster {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn proxy_checks_tokens_and_readiness_then_streams_to_the_upload_server() {
-    use uploader::proxy::{ANN_POD_READY, ANN_UPLOAD_TARGET};
+    use contracts::cdi::consts::ann::{POD_READY as ANN_POD_READY, UPLOAD_TARGET as ANN_UPLOAD_TARGET};
     let pki = Pki::new();
     let work = ok(tempfile::tempdir());
     let (qcow, oracle) = images(work.path(), 32);

@@ -9,10 +9,13 @@
 //!          ─► POST the file (Content-Length, progress bar, --retry) ─► wait for pod.phase=Succeeded
 //! ```
 
+#![deny(missing_docs)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use contracts::cdi::{ClaimOptions, WorkerPhase, WorkerState};
 use crds::cdi::consts::{ann, upload_token};
 use crds::cdi::datavolume::{ContentType, DataVolumeSource, DataVolumeSpec, EmptySource, StorageSpec};
 use crds::cdi::{CDIConfig, DataVolume, DataVolumePhase};
@@ -352,15 +355,16 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
             }
         }
         Some(pvc) => {
-            let ann = annotations(&pvc);
-            if ann.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
+            let a = annotations(&pvc);
+            let options = ClaimOptions::of(&a);
+            if WorkerState::of(&a).phase == Some(WorkerPhase::Succeeded) {
                 return Err(Error::Refused(format!("PVC {} already successfully imported/cloned/updated", plan.name)));
             }
-            if plan.kind == Kind::Dv && ann.get(ann::USE_POPULATOR).map(String::as_str) == Some("true") {
-                if let Some(prime) = ann.get(ann::POPULATOR_PVC_PRIME) {
-                    upload_pvc = prime.clone();
+            if plan.kind == Kind::Dv && options.use_populator {
+                if let Some(prime) = options.pvc_prime {
+                    upload_pvc = prime;
                 }
-            } else if !ann.contains_key(ann::UPLOAD_TARGET) {
+            } else if !a.contains_key(ann::UPLOAD_TARGET) {
                 let patch = json!({"metadata": {"annotations": {ann::UPLOAD_TARGET: ""}}});
                 pvcs.patch(&plan.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -405,7 +409,7 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
         Kind::Pvc => loop {
             if let Some(p) =
                 pvcs.get_opt(&upload_pvc).await.map_err(kerr(format!("getting PVC {namespace}/{upload_pvc}")))?
-                && annotations(&p).get(ann::POD_READY).map(String::as_str) == Some("true")
+                && WorkerState::of(&annotations(&p)).ready
             {
                 break;
             }
@@ -416,17 +420,19 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
     if plan.kind == Kind::Dv
         && let Some(p) =
             pvcs.get_opt(&plan.name).await.map_err(kerr(format!("getting PVC {namespace}/{}", plan.name)))?
-        && annotations(&p).get(ann::USE_POPULATOR).map(String::as_str) == Some("true")
-        && let Some(prime) = annotations(&p).get(ann::POPULATOR_PVC_PRIME)
+        && let options = ClaimOptions::of(&annotations(&p))
+        && options.use_populator
+        && let Some(prime) = options.pvc_prime
     {
-        upload_pvc = prime.clone();
+        upload_pvc = prime;
     }
 
     let proxy = match &args.uploadproxy_url {
         Some(u) => normalize_proxy_url(u),
         None => {
             let cfg_api: Api<CDIConfig> = Api::all(client.clone());
-            let cfg = cfg_api.get_opt(crds::cdi::config::CDI_CONFIG_NAME).await.map_err(kerr("getting CDIConfig config"))?;
+            let cfg =
+                cfg_api.get_opt(crds::cdi::config::CDI_CONFIG_NAME).await.map_err(kerr("getting CDIConfig config"))?;
             let url = cfg
                 .and_then(|c| c.status?.upload_proxy_url)
                 .filter(|u| !u.is_empty())
@@ -467,7 +473,7 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
     loop {
         if let Some(p) =
             pvcs.get_opt(&upload_pvc).await.map_err(kerr(format!("getting PVC {namespace}/{upload_pvc}")))?
-            && annotations(&p).get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded")
+            && WorkerState::of(&annotations(&p)).phase == Some(WorkerPhase::Succeeded)
         {
             break;
         }
@@ -544,7 +550,8 @@ async fn upload_once(
         .send()
         .await;
     bar.finish_and_clear();
-    let resp = resp.map_err(|e| (true, Error::Upload(format!("upload to {url} failed: {}", chain(&e)))))?;
+    let resp = resp
+        .map_err(|e| (true, Error::Upload(format!("upload to {url} failed: {}", contracts::errors::chain_line(&e)))))?;
     let status = resp.status();
     if status.as_u16() != 200 {
         let body = resp.text().await.unwrap_or_default();
@@ -552,20 +559,6 @@ async fn upload_once(
         return Err((retryable, Error::Upload(format!("unexpected return value {}, {body}", status.as_u16()))));
     }
     Ok(())
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;
 
 use super::{CDIConfig, DataVolume, StorageProfile};
-use crate::crd::{Cel, Error, GeneratedFile, Msg, add_spec_validations, expr, fixed, leak, render, render_objects, to_rule};
+use crate::crd::{
+    Cel, Error, GeneratedFile, Msg, add_spec_validations, expr, fixed, leak, render, render_objects, to_rule,
+};
 
 const SOURCES: &str = "[has(self.source.http), has(self.source.s3), has(self.source.gcs), has(self.source.registry), \
                        has(self.source.pvc), has(self.source.snapshot), has(self.source.upload), \
@@ -205,7 +207,6 @@ pub fn datavolume_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPol
     };
     (policy, binding)
 }
-
 
 /// Every CDI CRD, in apply order, with the file name `crdgen` writes it to.
 pub fn all() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {

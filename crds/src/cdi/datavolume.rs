@@ -66,26 +66,8 @@ pub struct DataVolumeSpec {
     pub preallocation: Option<bool>,
 }
 
-/// `spec.contentType`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ContentType {
-    /// A disk image, converted to raw.
-    #[default]
-    Kubevirt,
-    /// A tar archive extracted into the volume.
-    Archive,
-}
-
-impl ContentType {
-    /// The wire string (`kubevirt`/`archive`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContentType::Kubevirt => "kubevirt",
-            ContentType::Archive => "archive",
-        }
-    }
-}
+/// `spec.contentType` (the one content type enum of the workspace).
+pub use contracts::cdi::ContentType;
 
 /// A multi-stage import checkpoint.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

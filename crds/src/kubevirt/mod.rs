@@ -4,5 +4,6 @@
 //!
 //! Contract: `../shared/specs/kubevirt.md`.
 
-pub mod consts;
+/// KubeVirt's exact wire constants (kept in `contracts`).
+pub use contracts::kubevirt::consts;
 pub mod crd;

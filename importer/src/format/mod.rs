@@ -1,6 +1,6 @@
 //! Image formats. Raw (and ISO) stream straight through; qcow2 is converted natively in one pass
 //! ([`qcow2`]); vmdk, vhd (vpc), vhdx and vdi are delegated to `qemu-img` on a seekable local file
-//! ([`qemu_img`]).
+//! ([`qemu_img`]), after their own bytes were checked for a parent image ([`parent`]).
 
 use std::io::Read;
 
@@ -8,8 +8,10 @@ use crate::detect::ImageFormat;
 use crate::sink::Sink;
 use crate::{Error, Result};
 
+pub mod parent;
 pub mod qcow2;
 pub mod qemu_img;
+pub mod qemu_process;
 
 /// A format-level problem with the image.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +22,9 @@ pub enum FormatError {
     /// The image uses a feature the importer refuses.
     #[error("{0}")]
     Refused(String),
+    /// The image is the child of another image (a differencing or delta disk): refused.
+    #[error(transparent)]
+    Parent(#[from] parent::ParentRef),
     /// The image is malformed.
     #[error("{0}")]
     Invalid(String),
@@ -35,16 +40,15 @@ pub fn copy_raw(stream: &mut dyn Read, sink: &mut dyn Sink, limit: Option<u64>) 
             Some(l) if pos >= l => {
                 // The target is full: the image must end here.
                 let mut probe = [0u8; 1];
-                let more = read_full(stream, &mut probe).map_err(|e| crate::pipeline::untag(e, pos))?;
+                let more = read_full(stream, &mut probe).map_err(|e| crate::error::untag(e, pos))?;
                 return if more == 0 { Ok(pos) } else { Err(Error::DataBeyondTarget { limit: l, offset: l }) };
             }
             Some(l) => (l - pos).min(CHUNK),
             None => CHUNK,
         };
         let at = pos;
-        let n = sink.write_with(pos, max as usize, &mut |buf| {
-            read_full(stream, buf).map_err(|e| crate::pipeline::untag(e, at))
-        })?;
+        let n = sink
+            .write_with(pos, max as usize, &mut |buf| read_full(stream, buf).map_err(|e| crate::error::untag(e, at)))?;
         if n == 0 {
             return Ok(pos);
         }

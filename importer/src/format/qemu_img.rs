@@ -1,24 +1,25 @@
 //! Delegation to `qemu-img` for vmdk, vhd (vpc), vhdx and vdi. qemu-img needs a seekable local file: the
 //! source itself when it is an uncompressed local file, else a spooled copy in the scratch directory.
 //!
-//! Safety: the format is always passed explicitly (`-f`, never probed), and `qemu-img info` runs first so
-//! images that reference other files (backing/parent images, vmdk extents elsewhere) are refused before
-//! qemu-img would open them.
+//! Safety: the format is always passed explicitly (`-f`, never probed); the image's own bytes are checked for
+//! a parent image first ([`parent_of`]); `qemu-img info` runs next so images that reference other files
+//! (backing/parent images, vmdk extents elsewhere) are refused before qemu-img would convert them.
+//!
+//! Every qemu-img run is bounded in memory (address space) and CPU time ([`qemu_process`]); a run stopped by a
+//! signal or a limit fails with [`Error::QemuImgStopped`] saying so.
 
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde::Deserialize;
 
 use super::FormatError;
+use super::parent::{self, ParentRef};
+use super::qemu_process::{self, INSPECT_LIMITS, failure, first_lines, stopped, without_message};
 use crate::detect::ImageFormat;
 use crate::progress::Progress;
 use crate::{Error, Result};
-
-fn qemu_img() -> String {
-    std::env::var("QEMU_IMG").unwrap_or_else(|_| String::from("qemu-img"))
-}
 
 #[derive(Debug, Deserialize)]
 struct RawInfo {
@@ -48,16 +49,20 @@ pub struct QemuInfo {
     pub extents: Vec<String>,
 }
 
+/// Looks for a parent image in the image file's own bytes ([`parent`]), whatever qemu-img would report.
+pub fn parent_of(path: &Path, format: ImageFormat) -> Result<Option<ParentRef>> {
+    let opened = crate::source::file::open(path)?;
+    let Some(access) = opened.random_access else { return Ok(None) };
+    parent::find(format, access.as_ref()).map_err(|source| Error::OpenSource { path: path.to_path_buf(), source })
+}
+
 /// Runs `qemu-img info -f FORMAT --output=json PATH`.
 pub fn info(path: &Path, format: ImageFormat) -> Result<QemuInfo> {
-    let out = Command::new(qemu_img())
-        .args(["info", "-U", "-f", format.qemu_name(), "--output=json"])
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::QemuImg { operation: "info", message: format!("cannot run qemu-img: {e}") })?;
+    let args = ["info".as_ref(), "-U".as_ref(), "-f".as_ref(), format.qemu_name().as_ref(), "--output=json".as_ref()];
+    let args: Vec<&std::ffi::OsStr> = args.into_iter().chain([path.as_os_str()]).collect();
+    let out = qemu_process::run("info", &args, INSPECT_LIMITS)?;
     if !out.status.success() {
-        return Err(Error::QemuImg { operation: "info", message: first_lines(&out.stderr) });
+        return Err(failure("info", out.status, &out.stderr, INSPECT_LIMITS));
     }
     let raw: RawInfo = serde_json::from_slice(&out.stdout)
         .map_err(|e| Error::QemuImg { operation: "info", message: format!("unexpected output: {e}") })?;
@@ -103,20 +108,19 @@ pub fn check_integrity(path: &Path, format: ImageFormat) -> Result<()> {
     {
         return refuse(m);
     }
-    let out = Command::new(qemu_img())
-        .args(["check", "-U", "-f", format.qemu_name()])
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::QemuImg { operation: "check", message: format!("cannot run qemu-img: {e}") })?;
+    let args = ["check".as_ref(), "-U".as_ref(), "-f".as_ref(), format.qemu_name().as_ref(), path.as_os_str()];
+    let out = qemu_process::run("check", &args, INSPECT_LIMITS)?;
     match out.status.code() {
         // 0: clean; 3: only leaked clusters (harmless for reading); 63: the format has no check.
         Some(0) | Some(3) | Some(63) => Ok(()),
         _ => {
-            let mut text = first_lines(&out.stdout);
-            text.push(' ');
-            text.push_str(&first_lines(&out.stderr));
-            refuse(format!("the image is truncated or corrupt (qemu-img check: {})", text.trim()))
+            if let Some(stop) = stopped(out.status, &out.stderr, INSPECT_LIMITS) {
+                return Err(Error::QemuImgStopped { operation: "check", stop });
+            }
+            let text: Vec<String> =
+                [first_lines(&out.stdout), first_lines(&out.stderr)].into_iter().filter(|t| !t.is_empty()).collect();
+            let text = if text.is_empty() { without_message(out.status) } else { text.join(" ") };
+            refuse(format!("the image is truncated or corrupt (qemu-img check: {text})"))
         }
     }
 }
@@ -146,28 +150,29 @@ fn vdi_beyond_eof(path: &Path) -> Option<String> {
     (end > size).then(|| format!("the image is truncated: block {max} ends at byte {end}, the file has {size} bytes"))
 }
 
-/// Converts `src` to raw into `dest` (which exists: a fresh empty file or a block device), reporting
-/// progress from `qemu-img -p`.
+/// Converts `src` (of `virtual_size` bytes) to raw into `dest` (which exists: a fresh empty file or a block
+/// device), reporting progress from `qemu-img -p`.
 pub fn convert(
     src: &Path,
     format: ImageFormat,
     dest: &Path,
     dest_is_fresh_file: bool,
+    virtual_size: u64,
     progress: &Progress,
 ) -> Result<()> {
-    let mut cmd = Command::new(qemu_img());
+    let limits = qemu_process::convert_limits(virtual_size);
+    let mut cmd = qemu_process::command(limits);
     cmd.args(["convert", "-p", "-U", "-n", "-f", format.qemu_name(), "-O", "raw", "-t", "writeback"]);
     if dest_is_fresh_file {
         cmd.arg("--target-is-zero");
     }
-    let mut child =
-        cmd.arg(src)
-            .arg(dest)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| Error::QemuImg { operation: "convert", message: format!("cannot run qemu-img: {e}") })?;
+    cmd.arg(src)
+        .arg(dest)
+        .env("MALLOC_ARENA_MAX", qemu_process::CONVERT_MALLOC_ARENAS)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = qemu_process::spawn(&mut cmd, "convert")?;
     let stderr = child.stderr.take();
     let err_thread = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -201,7 +206,7 @@ pub fn convert(
         .map_err(|e| Error::QemuImg { operation: "convert", message: format!("waiting for qemu-img: {e}") })?;
     let stderr = err_thread.join().unwrap_or_default();
     if !status.success() {
-        return Err(Error::QemuImg { operation: "convert", message: first_lines(&stderr) });
+        return Err(failure("convert", status, &stderr, limits));
     }
     Ok(())
 }
@@ -214,17 +219,10 @@ pub fn parse_progress(line: &str) -> Option<f64> {
     pct.trim().parse().ok()
 }
 
-fn first_lines(b: &[u8]) -> String {
-    let s = String::from_utf8_lossy(b);
-    let mut out: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).take(3).collect();
-    if out.is_empty() {
-        out.push("failed without a message");
-    }
-    out.join(" ")
-}
-
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
+
     use super::*;
 
     #[test]

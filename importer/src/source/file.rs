@@ -21,7 +21,7 @@ struct FileStream {
 }
 
 /// Fills `buf` from `offset` until it is full or the file ends; returns the bytes read.
-fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut got = 0usize;
     while got < buf.len() {
         match file.read_at(&mut buf[got..], offset + got as u64) {

@@ -7,6 +7,8 @@
 //! * Redirects are followed by hand (at most 10 hops) so that basic auth and extra headers are re-applied
 //!   on every hop, as CDI does; the final URL is remembered and used for ranged reads.
 //! * Servers that advertise `Accept-Ranges: bytes` and a length also offer [`RandomAccess`].
+//! * Every wait on the network is bounded by the stall timeout: connecting, the response headers of every
+//!   request (HEAD, GET, ranged GETs) and each read of a body; an expired wait is retried like a stall.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -18,9 +20,9 @@ use reqwest::{Method, StatusCode, Url};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{Body, ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files, pump};
-use crate::error::chain_line;
+use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, pump};
 use crate::{Error, Result};
+use contracts::errors::chain_line;
 
 /// Parses `Name: value` into a header pair.
 pub fn parse_header(line: &str) -> Result<(String, String)> {
@@ -68,7 +70,7 @@ fn build_client(opts: &SourceOptions) -> Result<reqwest::Client> {
     let mut b = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(USER_AGENT)
-        .connect_timeout(Duration::from_secs(30))
+        .connect_timeout(super::connect_timeout(opts))
         .tls_danger_accept_invalid_certs(opts.insecure);
     let mut certs = Vec::new();
     for f in ca_files(opts.cert_dir.as_deref())? {
@@ -129,14 +131,15 @@ impl Client {
                 };
                 req = req.header(reqwest::header::RANGE, v);
             }
-            let resp = req.send().await.map_err(|e| {
-                let msg = chain_line(&e);
-                if msg.contains("certificate") || msg.contains("InvalidCertificate") || msg.contains("tls") {
-                    Failure::Fatal(msg)
-                } else {
-                    Failure::Transient(msg)
-                }
-            })?;
+            // A server that accepts the connection and never answers must not hang the import: the wait for
+            // the response headers is bounded by the stall timeout and retried (by `send`) like a stall.
+            let stall = self.opts.stall_timeout;
+            let resp = tokio::time::timeout(stall, req.send())
+                .await
+                .map_err(|_| Failure::Transient(format!("no response headers within {stall:?} (timed out)")))?
+                .map_err(|e| {
+                    if is_tls_failure(&e) { Failure::Fatal(chain_line(&e)) } else { Failure::Transient(chain_line(&e)) }
+                })?;
             let status = resp.status();
             if status.is_redirection() {
                 let loc = resp
@@ -321,7 +324,7 @@ impl RandomAccess for HttpAccess {
                     if resp.status() != StatusCode::PARTIAL_CONTENT
                         || content_range_start(resp.headers()) != Some(offset)
                     {
-                        return Err(io::Error::other("server ignored the Range request"));
+                        return Err(RangeIgnored::error(String::from("server ignored the Range request")));
                     }
                     while got < avail {
                         match tokio::time::timeout(client.opts.stall_timeout, resp.chunk()).await {
@@ -342,7 +345,7 @@ impl RandomAccess for HttpAccess {
                 .await;
                 match r {
                     Ok(()) => return Ok(avail),
-                    Err(e) if attempts < client.opts.max_retries && !e.to_string().contains("ignored the Range") => {
+                    Err(e) if attempts < client.opts.max_retries && !RangeIgnored::is(&e) => {
                         attempts += 1;
                         tokio::time::sleep(client.opts.backoff * attempts).await;
                     }
@@ -351,6 +354,25 @@ impl RandomAccess for HttpAccess {
             }
         })
     }
+}
+
+/// Whether a request failed in the TLS layer (an untrusted or invalid certificate, a handshake the server
+/// refused): retrying cannot help. Decided from the rustls error in the cause chain (inside an `io::Error` where
+/// hyper wraps it), not from the message.
+fn is_tls_failure(e: &reqwest::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<io::Error>()
+            && io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>())
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 #[cfg(test)]

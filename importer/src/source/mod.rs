@@ -28,7 +28,8 @@ pub struct SourceOptions {
     pub headers: Vec<(String, String)>,
     /// Credentials: basic auth for HTTP and registries, access key id and secret key for S3.
     pub basic_auth: Option<(String, String)>,
-    /// A transfer that delivers no byte for this long is retried.
+    /// A transfer that delivers no byte for this long is retried; it also bounds connecting and waiting for
+    /// response headers.
     pub stall_timeout: Duration,
     /// Attempts per request, and per stretch of the stream without progress.
     pub max_retries: u32,
@@ -51,6 +52,29 @@ impl Default for SourceOptions {
             platform_architecture: None,
         }
     }
+}
+
+/// How long to wait for a connection to be established: the stall timeout, and at most 30 s.
+/// A ranged read the server answered with the whole object or another range: retrying cannot help. Carried in
+/// the `io::Error` of [`RandomAccess::read_at`] so the retry loops can tell it from a transient failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct RangeIgnored(pub String);
+
+impl RangeIgnored {
+    /// The `io::Error` carrying `message`.
+    pub(crate) fn error(message: String) -> io::Error {
+        io::Error::other(RangeIgnored(message))
+    }
+
+    /// Whether `e` says the server ignored a range.
+    pub(crate) fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|inner| inner.is::<RangeIgnored>())
+    }
+}
+
+pub(crate) fn connect_timeout(opts: &SourceOptions) -> Duration {
+    opts.stall_timeout.min(Duration::from_secs(30))
 }
 
 /// Positional reads of the source's bytes (as served, before decompression).

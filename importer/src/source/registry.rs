@@ -33,7 +33,7 @@
 //! What the look-ahead cannot see is the rest of layer *i* after C and the rest of lower, paused layers: a
 //! second visible file there (e.g. two files under `disk/` in one layer) is found only after C was streamed.
 //! Such violations, a malformed layer and digest mismatches found after the commit are delivered as an
-//! `io::Error` (carrying the [`Error`], see [`crate::pipeline::tag`]) at the end of the stream instead of EOF,
+//! `io::Error` (carrying the [`Error`], see [`crate::error::tag`]) at the end of the stream instead of EOF,
 //! so the import fails and the target is removed; the consumer must read the stream to its end. Problems
 //! found before the commit are returned by [`open`] itself. Unlike CDI, a layer that cannot be read fails the
 //! import instead of being skipped.
@@ -61,9 +61,9 @@ use tokio::runtime::Handle;
 use super::{OpenedSource, SourceOptions, ca_files};
 use crate::decompress::{self, BoxRead};
 use crate::detect::{Compression, DETECT_LEN};
-use crate::error::chain_line;
-use crate::pipeline::tag;
+use crate::error::tag;
 use crate::{Error, Result};
+use contracts::errors::chain_line;
 
 const USER_AGENT: &str = concat!("kubevirt-rs-importer/", env!("CARGO_PKG_VERSION"));
 /// Largest image config accepted (they are a few KiB).
@@ -107,7 +107,8 @@ pub fn open(reference: &str, opts: &SourceOptions, rt: &Handle) -> Result<Opened
             accept_invalid_certificates: opts.insecure,
             extra_root_certificates: certs.clone(),
             platform_resolver: None,
-            connect_timeout: Some(Duration::from_secs(30)),
+            connect_timeout: Some(super::connect_timeout(opts)),
+            // reqwest's read timeout also bounds the wait for response headers, from the request on.
             read_timeout: Some(opts.stall_timeout),
             user_agent: USER_AGENT,
             ..ClientConfig::default()
@@ -418,11 +419,6 @@ impl Read for BlobReader {
     }
 }
 
-/// Reads until `buf` is full or the stream ends.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
-    crate::format::read_full(r, buf)
-}
-
 // -----------------------------------------------------------------------------------------------------------
 // the walk over the layers
 // -----------------------------------------------------------------------------------------------------------
@@ -630,7 +626,7 @@ impl Walker<'_> {
         let (mut blob, failure) = self.src.open(i)?;
         let lerr = |w: &Self, e: io::Error| Stop::Fail(w.layer_error(i, &failure, &e));
         let mut head = vec![0u8; DETECT_LEN];
-        let got = read_full(&mut blob, &mut head).map_err(|e| lerr(self, e))?;
+        let got = crate::format::read_full(&mut blob, &mut head).map_err(|e| lerr(self, e))?;
         head.truncate(got);
         let compression = Compression::detect(&head);
         let chained: BoxRead = Box::new(io::Cursor::new(head).chain(blob));
@@ -693,7 +689,7 @@ impl Walker<'_> {
             let mut pending: Option<Vec<u8>> = None;
             loop {
                 let mut buf = vec![0u8; CHUNK];
-                let n = read_full(&mut entry, &mut buf).map_err(|e| lerr(self, e))?;
+                let n = crate::format::read_full(&mut entry, &mut buf).map_err(|e| lerr(self, e))?;
                 if n == 0 {
                     break;
                 }
@@ -841,7 +837,7 @@ mod tests {
                 let mut r = DiskReader { rx: Some(rx), cur: Bytes::new(), done: false, cancel, worker: None };
                 match r.read_to_end(&mut out) {
                     Ok(_) => Ok((size, out)),
-                    Err(e) => Err(crate::pipeline::untag(e, 0).to_string()),
+                    Err(e) => Err(crate::error::untag(e, 0).to_string()),
                 }
             }
             Msg::Fail(e) => Err(e.to_string()),

@@ -31,9 +31,9 @@ use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{Body, ChannelReader, OpenedSource, RandomAccess, SourceOptions, ca_files, pump};
-use crate::error::chain_line;
+use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, pump};
 use crate::{Error, Result};
+use contracts::errors::chain_line;
 
 const DEFAULT_REGION: &str = "us-east-1";
 
@@ -193,7 +193,9 @@ impl Object {
             )
             .timeout_config(
                 TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(30))
+                    .connect_timeout(super::connect_timeout(opts))
+                    // Time to the first byte of each response (HEAD, GET, ranged GETs): bounds a server that
+                    // accepts and never answers; the SDK retries it like any timeout.
                     .read_timeout(opts.stall_timeout)
                     .build(),
             )
@@ -347,7 +349,7 @@ impl S3Access {
         let end = offset + buf.len() as u64 - 1;
         let mut out = self.obj.get(Some((offset, Some(end)))).await.map_err(io::Error::other)?;
         if content_range_start(out.content_range()) != Some(offset) {
-            return Err(io::Error::other(format!(
+            return Err(RangeIgnored::error(format!(
                 "server ignored the range request (Content-Range {:?})",
                 out.content_range()
             )));
@@ -387,7 +389,7 @@ impl RandomAccess for S3Access {
             loop {
                 match self.fetch(offset, head).await {
                     Ok(()) => return Ok(avail),
-                    Err(e) if attempts < self.obj.opts.max_retries && !e.to_string().contains("ignored the range") => {
+                    Err(e) if attempts < self.obj.opts.max_retries && !RangeIgnored::is(&e) => {
                         attempts += 1;
                         tracing::info!(url = %self.obj.url, offset, attempt = attempts, "S3 ranged read failed, retrying: {e}");
                         tokio::time::sleep(delay).await;

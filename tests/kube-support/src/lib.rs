@@ -7,16 +7,20 @@
 //! * [`wait_for`] waits for a condition with a timeout and, on failure, returns an error that contains the object as
 //!   YAML plus its recent events.
 //! * [`TestNamespace`] creates a uniquely named namespace for one test.
+//! * [`push_image_from_binaries`], [`workspace_binary`] and [`content_tag`] package this workspace's binaries as
+//!   images for the cluster's registry; [`host_url`] and [`pod_registry`] are how pods reach host services.
 //!
-//! Cluster tests are `#[ignore]`d and run with `cargo test -p <crate> -- --ignored` after `tests/cluster/up`.
+//! Only generic cluster helpers live here; the CDI stack's (deploying it, volume contents) are in
+//! `cdi-test-support` (`tests/cdi-support`). Cluster tests are `#[ignore]`d and run with
+//! `cargo test -p <crate> -- --ignored` after `tests/cluster/up`.
 
-pub mod cdi;
-
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, ResourceExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -30,8 +34,9 @@ use serde::de::DeserializeOwned;
 /// Field manager used for server-side apply by [`apply_yaml`].
 pub const FIELD_MANAGER: &str = "kube-test-support";
 
-/// Errors from the test-support helpers.
-#[derive(Debug, thiserror::Error)]
+/// Errors from the test-support helpers. `Debug` prints the message and its causes (as `Display` would, plus the
+/// chain), so a test returning `Result<(), Error>` fails with a readable report.
+#[derive(thiserror::Error)]
 pub enum Error {
     /// `tests/cluster/up` failed or could not be run.
     #[error("tests/cluster/up failed: {0}")]
@@ -83,6 +88,14 @@ pub enum Error {
         #[source]
         source: kube::runtime::wait::Error,
     },
+    /// What a test checked on the cluster is not as expected.
+    #[error("{what}: {message}")]
+    Check {
+        /// What was checked.
+        what: String,
+        /// How it differs from the expectation.
+        message: String,
+    },
     /// A command (for example kubectl) could not be run.
     #[error("running {cmd}")]
     Command {
@@ -94,8 +107,68 @@ pub enum Error {
     },
 }
 
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            write!(f, "\ncaused by: {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+impl Error {
+    /// For `map_err`: an I/O error of `what` (an operation or command line) as [`Error::Command`].
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let cmd = what.into();
+        move |source| Error::Command { cmd, source }
+    }
+}
+
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Root directory of this checkout (the workspace).
+pub fn repo_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::canonicalize(&root).unwrap_or(root)
+}
+
+/// Reads a file of this checkout (`rel` relative to [`repo_root`]).
+pub fn read_repo_file(rel: &str) -> Result<String> {
+    std::fs::read_to_string(repo_root().join(rel)).map_err(Error::io(format!("reading {rel}")))
+}
+
+/// Path of a binary built from this workspace (`$CARGO_TARGET_DIR/debug/<name>`, default `target/`). The test
+/// command builds every binary first; a missing one fails loudly.
+pub fn workspace_binary(name: &str) -> Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let path = target.join("debug").join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Image {
+            name: name.into(),
+            message: format!("{} is missing: run `cargo build --workspace --bins` first", path.display()),
+        })
+    }
+}
+
+/// An image tag that changes whenever one of `files` changes (size + mtime), so `IfNotPresent` never runs a
+/// stale binary.
+pub fn content_tag(files: &[&Path]) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in files {
+        if let Ok(m) = std::fs::metadata(f) {
+            m.len().hash(&mut h);
+            m.modified().ok().hash(&mut h);
+        }
+        f.hash(&mut h);
+    }
+    format!("t{:016x}", h.finish())
+}
 
 /// Registry (on 127.0.0.1) that the test node pulls images from; `tests/cluster/up` pushes its images there.
 pub fn registry() -> String {
@@ -107,6 +180,19 @@ pub fn registry() -> String {
 /// `/bin/sh` as command; `pause`: the pod sandbox image).
 pub fn test_image(name: &str) -> String {
     format!("{}/kubevirt-rs/{name}:1", registry())
+}
+
+/// The host as pods see it: the pod bridge's address, NATed to 127.0.0.1 (`tests/cluster/node.sh`).
+pub const POD_GATEWAY: &str = "10.244.0.1";
+
+/// The test registry as pods see it (through the cluster's NAT; for `docker://` URLs).
+pub fn pod_registry() -> String {
+    registry().replace("127.0.0.1", POD_GATEWAY)
+}
+
+/// URL under which pods reach a host service listening on 127.0.0.1:`port` (`tests/cluster` NAT).
+pub fn host_url(port: u16, path: &str) -> String {
+    format!("http://{POD_GATEWAY}:{port}/{}", path.trim_start_matches('/'))
 }
 
 /// Directory of the cluster scripts (`tests/cluster`) in this checkout.
@@ -160,6 +246,26 @@ impl TestCluster {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
         cmd.output().map_err(|source| Error::Command { cmd: format!("{cmd:?}"), source })
+    }
+
+    /// Runs `kubectl <args> -f <file>` with `manifest` written to a temporary file, as a user would
+    /// `kubectl create/apply -f` a manifest; returns the raw output.
+    pub fn kubectl_with_manifest(&self, args: &[&str], manifest: &str) -> Result<std::process::Output> {
+        let file = tempfile::Builder::new().suffix(".yaml").tempfile().map_err(Error::io("tempfile"))?;
+        std::fs::write(file.path(), manifest).map_err(Error::io(format!("writing {}", file.path().display())))?;
+        let mut full: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        full.extend([std::ffi::OsStr::new("-f"), file.path().as_os_str()]);
+        self.kubectl(full)
+    }
+
+    /// Polls `kubectl <args>` every 250 ms until its trimmed standard output is `want`, at most `timeout`.
+    pub async fn kubectl_until(&self, args: &[&str], want: &str, timeout: Duration) -> Result<()> {
+        let what = format!("`kubectl {}` to print {want:?}", args.join(" "));
+        poll_until(&what, timeout, || async {
+            let out = self.kubectl(args).ok()?;
+            (String::from_utf8_lossy(&out.stdout).trim() == want).then_some(())
+        })
+        .await
     }
 }
 
@@ -319,6 +425,37 @@ where
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Polls object `name` of `api` (every 250 ms) until `pred` holds, at most `timeout`; returns the object. Like
+/// [`wait_for`], the timeout error carries the object's YAML and its events; unlike it, it reads with plain GETs.
+pub async fn poll_object<K>(api: &Api<K>, name: &str, timeout: Duration, pred: impl Fn(&K) -> bool) -> Result<K>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Serialize,
+    K::DynamicType: Default,
+{
+    let what = format!("{} {name}", K::kind(&K::DynamicType::default()));
+    match poll_until(&what, timeout, || async { api.get_opt(name).await.ok().flatten().filter(|o| pred(o)) }).await {
+        Err(Error::Timeout { what, timeout, .. }) => {
+            Err(Error::Timeout { what, timeout, state: describe(api, name).await })
+        }
+        r => r,
+    }
+}
+
+/// Waits until Deployment `name` runs `image` (its first container) on every replica and is available, at most
+/// `timeout`.
+pub async fn wait_rollout(deploys: &Api<Deployment>, name: &str, image: &str, timeout: Duration) -> Result<()> {
+    poll_until(&format!("{name} available with image {image}"), timeout, || async {
+        let d = deploys.get_opt(name).await.ok().flatten()?;
+        let running = d.spec.as_ref()?.template.spec.as_ref()?.containers.first()?.image.clone()?;
+        let st = d.status?;
+        let updated = st.updated_replicas.unwrap_or(0) == st.replicas.unwrap_or(0)
+            && st.available_replicas.unwrap_or(0) >= 1
+            && st.unavailable_replicas.unwrap_or(0) == 0;
+        (running == image && updated && d.metadata.generation == st.observed_generation).then_some(())
+    })
+    .await
 }
 
 /// A namespace created for one test (`<prefix>-<random suffix>`), deleted by [`TestNamespace::delete`].

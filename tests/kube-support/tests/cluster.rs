@@ -6,11 +6,68 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, ResourceExt};
 use kube_test_support::{TestCluster, TestNamespace, apply_yaml, poll_until, test_image, wait_for};
 
 const T_POD: Duration = Duration::from_secs(90);
+
+/// The cluster, an admin client and a fresh namespace `<prefix>-…`.
+async fn setup(prefix: &str) -> Result<(TestCluster, Client, TestNamespace)> {
+    let cluster = TestCluster::start_or_reuse().await?;
+    let client = cluster.client().await?;
+    let ns = TestNamespace::create(&client, prefix).await?;
+    Ok((cluster, client, ns))
+}
+
+/// A pod `name` whose one container `main` runs `script` with `sh -c` in `image`. `container` and `spec` are further
+/// YAML lines of the container and of the pod spec (written unindented).
+fn sh_pod(name: &str, image: &str, restart: &str, script: &str, container: &str, spec: &str) -> String {
+    let indent = |yaml: &str, by: &str| yaml.lines().map(|l| format!("{by}{l}\n")).collect::<String>();
+    let script = serde_json::Value::from(script);
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: {restart}\n  containers:\n  - name: main\n    image: {image}\n    command: [sh, -c, {script}]\n{}{}",
+        indent(container, "    "),
+        indent(spec, "  ")
+    )
+}
+
+/// A ServiceAccount `sa` with a Role `pod-reader` that allows `verbs` on pods, bound by RoleBinding `binding`.
+fn pod_reader_account(sa: &str, verbs: &str, binding: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {sa}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: pod-reader}}
+rules:
+- {{apiGroups: [""], resources: [pods], verbs: [{verbs}]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {binding}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}}
+subjects:
+- {{kind: ServiceAccount, name: {sa}}}
+"#
+    )
+}
+
+/// A PersistentVolumeClaim `name` with `spec` (flow YAML).
+fn claim(name: &str, spec: &str) -> String {
+    format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec: {spec}\n")
+}
+
+/// Waits (at most `T_POD`) until pod `name` finished; returns it and the terminated state of its container `main`.
+async fn run_to_end(pods: &Api<Pod>, name: &str) -> Result<(Pod, ContainerStateTerminated)> {
+    let pod = wait_for(pods, name, T_POD, pod_finished).await?;
+    let term = terminated(&pod, "main")?;
+    Ok((pod, term))
+}
 
 fn pod_finished(p: Option<&Pod>) -> bool {
     matches!(phase(p).as_deref(), Some("Succeeded" | "Failed"))
@@ -33,8 +90,7 @@ fn kubectl_ok(cluster: &TestCluster, args: &[&str]) -> Result<String> {
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn kubectl_version_namespaces_and_rbac() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
+    let (cluster, client, ns) = setup("rbac").await?;
 
     let version = kubectl_ok(&cluster, &["version", "-o", "json"])?;
     let v: serde_json::Value = serde_json::from_str(&version)?;
@@ -47,31 +103,8 @@ async fn kubectl_version_namespaces_and_rbac() -> Result<()> {
     }
 
     // A ServiceAccount with a Role that only allows reading pods.
-    let ns = TestNamespace::create(&client, "rbac").await?;
     let n = ns.name();
-    apply_yaml(
-        &client,
-        n,
-        r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: reader}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-reader}
-rules:
-- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: reader-pod-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
-subjects:
-- {kind: ServiceAccount, name: reader}
-"#,
-    )
-    .await?;
+    apply_yaml(&client, n, &pod_reader_account("reader", "get, list, watch", "reader-pod-reader")).await?;
     let token = kubectl_ok(&cluster, &["-n", n, "create", "token", "reader", "--duration=10m"])?;
     let ca = kube_test_support::cluster_dir().join("pki/ca.crt");
     let server_url =
@@ -112,60 +145,32 @@ subjects:
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn pod_runs_to_completion_with_termination_message() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, "pod").await?;
+    let (_cluster, client, ns) = setup("pod").await?;
     let image = test_image("busybox");
-    apply_yaml(
-        &client,
-        ns.name(),
-        &format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: ok}}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: {image}
-    command: [sh, -c, 'echo "all good from $POD_NAME" > /dev/termination-log; exit 0']
-    env:
-    - name: POD_NAME
-      valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: fails}}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: {image}
-    command: [sh, -c, 'echo "disk on fire" > /dev/termination-log; exit 42']
-"#
-        ),
-    )
-    .await?;
+    let pod_name = "env:\n- name: POD_NAME\n  valueFrom: {fieldRef: {fieldPath: metadata.name}}";
+    let yaml = [
+        sh_pod("ok", &image, "Never", r#"echo "all good from $POD_NAME" > /dev/termination-log; exit 0"#, pod_name, ""),
+        sh_pod("fails", &image, "Never", r#"echo "disk on fire" > /dev/termination-log; exit 42"#, "", ""),
+    ]
+    .join("---\n");
+    apply_yaml(&client, ns.name(), &yaml).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
 
-    let ok = wait_for(&pods, "ok", T_POD, pod_finished).await?;
+    let (ok, term) = run_to_end(&pods, "ok").await?;
     ensure!(phase(Some(&ok)).as_deref() == Some("Succeeded"), "pod ok: {:?}", ok.status);
-    let term = terminated(&ok, "main")?;
     ensure!(term.exit_code == 0, "exit code {}", term.exit_code);
     ensure!(term.message.as_deref() == Some("all good from ok\n"), "termination message {:?}", term.message);
     ensure!(ok.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("localhost"), "scheduled to localhost");
 
-    let failed = wait_for(&pods, "fails", T_POD, pod_finished).await?;
+    let (failed, term) = run_to_end(&pods, "fails").await?;
     ensure!(phase(Some(&failed)).as_deref() == Some("Failed"), "pod fails: {:?}", failed.status);
-    let term = terminated(&failed, "main")?;
     ensure!(term.exit_code == 42, "exit code {}", term.exit_code);
     ensure!(term.message.as_deref() == Some("disk on fire\n"), "termination message {:?}", term.message);
     ns.delete().await?;
     Ok(())
 }
 
-fn terminated(pod: &Pod, container: &str) -> Result<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+fn terminated(pod: &Pod, container: &str) -> Result<ContainerStateTerminated> {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -178,31 +183,17 @@ fn terminated(pod: &Pod, container: &str) -> Result<k8s_openapi::api::core::v1::
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn failing_pod_restarts_under_on_failure() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, "restart").await?;
-    let image = test_image("busybox");
+    let (_cluster, client, ns) = setup("restart").await?;
     // Fails (exit 7) on the first two runs, succeeds on the third; the counter survives restarts in an emptyDir.
-    apply_yaml(
-        &client,
-        ns.name(),
-        &format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: flaky}}
-spec:
-  restartPolicy: OnFailure
-  containers:
-  - name: main
-    image: {image}
-    command: [sh, -c, 'n=$(cat /work/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/n; echo "run $n" > /dev/termination-log; [ $n -ge 3 ] || exit 7']
-    volumeMounts: [{{name: work, mountPath: /work}}]
-  volumes: [{{name: work, emptyDir: {{}}}}]
-"#
-        ),
-    )
-    .await?;
+    let flaky = sh_pod(
+        "flaky",
+        &test_image("busybox"),
+        "OnFailure",
+        r#"n=$(cat /work/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/n; echo "run $n" > /dev/termination-log; [ $n -ge 3 ] || exit 7"#,
+        "volumeMounts: [{name: work, mountPath: /work}]",
+        "volumes: [{name: work, emptyDir: {}}]",
+    );
+    apply_yaml(&client, ns.name(), &flaky).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     // While it crash-loops, the kubelet reports the failed run as lastState (a finished pod's status drops it).
     let restarted = |p: Option<&Pod>| {
@@ -236,31 +227,20 @@ spec:
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn filesystem_and_block_pvcs_bind_and_are_usable() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, "pvc").await?;
+    let (_cluster, client, ns) = setup("pvc").await?;
     let image = test_image("busybox");
-    apply_yaml(
-        &client,
-        ns.name(),
-        r#"
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: fs}
-spec: {storageClassName: local, accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: shared}
-spec: {storageClassName: local, accessModes: [ReadWriteMany], resources: {requests: {storage: 16Mi}}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: blk}
-spec: {storageClassName: local, accessModes: [ReadWriteOnce], volumeMode: Block, resources: {requests: {storage: 32Mi}}}
-"#,
-    )
-    .await?;
+    let claims = [
+        claim("fs", "{storageClassName: local, accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}"),
+        claim(
+            "shared",
+            "{storageClassName: local, accessModes: [ReadWriteMany], resources: {requests: {storage: 16Mi}}}",
+        ),
+        claim(
+            "blk",
+            "{storageClassName: local, accessModes: [ReadWriteOnce], volumeMode: Block, resources: {requests: {storage: 32Mi}}}",
+        ),
+    ];
+    apply_yaml(&client, ns.name(), &claims.join("---\n")).await?;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns.name());
     // Immediate binding: all three bind before any pod exists.
     let mut pv_names = Vec::new();
@@ -275,63 +255,36 @@ spec: {storageClassName: local, accessModes: [ReadWriteOnce], volumeMode: Block,
         "block PV has volumeMode Block"
     );
 
-    apply_yaml(
-        &client,
-        ns.name(),
-        &format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: writer}}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: {image}
-    command: [sh, -c, 'set -e; echo persisted > /data/file; echo shared > /shared/file; test -b /dev/xvdb; printf BLOCKDATA | dd of=/dev/xvdb bs=512 conv=sync; sync; blockdev --getsize64 /dev/xvdb > /dev/termination-log']
-    volumeMounts: [{{name: fs, mountPath: /data}}, {{name: shared, mountPath: /shared}}]
-    volumeDevices: [{{name: blk, devicePath: /dev/xvdb}}]
-  volumes:
-  - {{name: fs, persistentVolumeClaim: {{claimName: fs}}}}
-  - {{name: shared, persistentVolumeClaim: {{claimName: shared}}}}
-  - {{name: blk, persistentVolumeClaim: {{claimName: blk}}}}
-"#
-        ),
-    )
-    .await?;
+    // Both pods use all three claims: the block one as device /dev/xvdb.
+    let volumes = "volumes:\n- {name: fs, persistentVolumeClaim: {claimName: fs}}\n- {name: shared, persistentVolumeClaim: {claimName: shared}}\n- {name: blk, persistentVolumeClaim: {claimName: blk}}";
+    let device = "volumeDevices: [{name: blk, devicePath: /dev/xvdb}]";
+    let writer = sh_pod(
+        "writer",
+        &image,
+        "Never",
+        "set -e; echo persisted > /data/file; echo shared > /shared/file; test -b /dev/xvdb; printf BLOCKDATA | dd of=/dev/xvdb bs=512 conv=sync; sync; blockdev --getsize64 /dev/xvdb > /dev/termination-log",
+        &format!("volumeMounts: [{{name: fs, mountPath: /data}}, {{name: shared, mountPath: /shared}}]\n{device}"),
+        volumes,
+    );
+    apply_yaml(&client, ns.name(), &writer).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    let writer = wait_for(&pods, "writer", T_POD, pod_finished).await?;
-    let term = terminated(&writer, "main")?;
+    let (_, term) = run_to_end(&pods, "writer").await?;
     ensure!(term.exit_code == 0, "writer failed: {term:?}");
     ensure!(term.message.as_deref() == Some(&*format!("{}\n", 32 << 20)), "block device size {:?}", term.message);
 
     // A second pod sees what the first wrote, on all three volumes.
-    apply_yaml(
-        &client,
-        ns.name(),
+    let reader = sh_pod(
+        "reader",
+        &image,
+        "Never",
+        "set -e; grep -qx persisted /data/file; grep -qx shared /shared/file; head -c 9 /dev/xvdb > /dev/termination-log",
         &format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: reader}}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: {image}
-    command: [sh, -c, 'set -e; grep -qx persisted /data/file; grep -qx shared /shared/file; head -c 9 /dev/xvdb > /dev/termination-log']
-    volumeMounts: [{{name: fs, mountPath: /data, readOnly: true}}, {{name: shared, mountPath: /shared}}]
-    volumeDevices: [{{name: blk, devicePath: /dev/xvdb}}]
-  volumes:
-  - {{name: fs, persistentVolumeClaim: {{claimName: fs}}}}
-  - {{name: shared, persistentVolumeClaim: {{claimName: shared}}}}
-  - {{name: blk, persistentVolumeClaim: {{claimName: blk}}}}
-"#
+            "volumeMounts: [{{name: fs, mountPath: /data, readOnly: true}}, {{name: shared, mountPath: /shared}}]\n{device}"
         ),
-    )
-    .await?;
-    let reader = wait_for(&pods, "reader", T_POD, pod_finished).await?;
-    let term = terminated(&reader, "main")?;
+        volumes,
+    );
+    apply_yaml(&client, ns.name(), &reader).await?;
+    let (_, term) = run_to_end(&pods, "reader").await?;
     ensure!(term.exit_code == 0 && term.message.as_deref() == Some("BLOCKDATA"), "reader: {term:?}");
 
     // Releasing the claims deletes the volumes (reclaim policy Delete) and their backing storage.
@@ -358,20 +311,12 @@ spec:
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn wait_for_first_consumer_binds_only_when_a_pod_is_scheduled() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, "wffc").await?;
-    apply_yaml(
-        &client,
-        ns.name(),
-        r#"
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: late}
-spec: {storageClassName: local-wffc, accessModes: [ReadWriteOnce], resources: {requests: {storage: 16Mi}}}
-"#,
-    )
-    .await?;
+    let (_cluster, client, ns) = setup("wffc").await?;
+    let late = claim(
+        "late",
+        "{storageClassName: local-wffc, accessModes: [ReadWriteOnce], resources: {requests: {storage: 16Mi}}}",
+    );
+    apply_yaml(&client, ns.name(), &late).await?;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns.name());
     // KCM's binder reports that it waits for a consumer; give it time to (wrongly) bind meanwhile.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns.name());
@@ -388,33 +333,20 @@ spec: {storageClassName: local-wffc, accessModes: [ReadWriteOnce], resources: {r
     ensure!(!pvc_bound(Some(&pvc)), "WFFC claim bound without a consumer: {:?}", pvc.status);
     ensure!(pvc.spec.as_ref().and_then(|s| s.volume_name.as_ref()).is_none(), "volumeName set without a consumer");
 
-    let image = test_image("busybox");
-    apply_yaml(
-        &client,
-        ns.name(),
-        &format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: consumer}}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: {image}
-    command: [sh, -c, 'echo used > /data/x && cat /data/x > /dev/termination-log']
-    volumeMounts: [{{name: d, mountPath: /data}}]
-  volumes: [{{name: d, persistentVolumeClaim: {{claimName: late}}}}]
-"#
-        ),
-    )
-    .await?;
+    let consumer = sh_pod(
+        "consumer",
+        &test_image("busybox"),
+        "Never",
+        "echo used > /data/x && cat /data/x > /dev/termination-log",
+        "volumeMounts: [{name: d, mountPath: /data}]",
+        "volumes: [{name: d, persistentVolumeClaim: {claimName: late}}]",
+    );
+    apply_yaml(&client, ns.name(), &consumer).await?;
     let pvc = wait_for(&pvcs, "late", Duration::from_secs(60), pvc_bound).await?;
     let selected = pvc.annotations().get("volume.kubernetes.io/selected-node").cloned();
     ensure!(selected.as_deref() == Some("localhost"), "selected-node annotation {selected:?}");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    let pod = wait_for(&pods, "consumer", T_POD, pod_finished).await?;
-    let term = terminated(&pod, "main")?;
+    let (_, term) = run_to_end(&pods, "consumer").await?;
     ensure!(term.exit_code == 0 && term.message.as_deref() == Some("used\n"), "consumer: {term:?}");
     ns.delete().await?;
     Ok(())
@@ -423,9 +355,7 @@ spec:
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn deleting_an_owner_garbage_collects_dependents() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, "gc").await?;
+    let (_cluster, client, ns) = setup("gc").await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let owner = cms
         .create(
@@ -541,9 +471,7 @@ async fn aggregation_layer_is_configured() -> Result<()> {
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn wait_for_timeout_reports_the_object_and_its_events() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, "wait").await?;
+    let (_cluster, client, ns) = setup("wait").await?;
     // Unschedulable: no node carries this label, so the scheduler records a FailedScheduling event.
     apply_yaml(
         &client,
@@ -578,44 +506,22 @@ spec:
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn pod_runs_our_own_binary_from_a_locally_built_image() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
+    let (_cluster, client, ns) = setup("ownbin").await?;
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_local-provisioner"));
     let image = kube_test_support::push_image_from_binaries("provisioner-under-test:1", &[bin])?;
     ensure!(image.ends_with("/kubevirt-rs/provisioner-under-test:1"), "image ref {image}");
-    let ns = TestNamespace::create(&client, "ownbin").await?;
-    apply_yaml(
-        &client,
-        ns.name(),
-        &format!(
-            r#"
-apiVersion: v1
-kind: Secret
-metadata: {{name: creds}}
-stringData: {{token: s3cr3t}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: own}}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: {image}
-    imagePullPolicy: Always
-    command: [sh, -c, 'local-provisioner --help | head -1 > /dev/termination-log; echo "$TOKEN $(cat /secret/token)" >> /dev/termination-log']
-    env:
-    - name: TOKEN
-      valueFrom: {{secretKeyRef: {{name: creds, key: token}}}}
-    volumeMounts: [{{name: s, mountPath: /secret}}]
-  volumes: [{{name: s, secret: {{secretName: creds}}}}]
-"#
-        ),
-    )
-    .await?;
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\nstringData: {token: s3cr3t}\n---\n";
+    let own = sh_pod(
+        "own",
+        &image,
+        "Never",
+        r#"local-provisioner --help | head -1 > /dev/termination-log; echo "$TOKEN $(cat /secret/token)" >> /dev/termination-log"#,
+        "imagePullPolicy: Always\nenv:\n- name: TOKEN\n  valueFrom: {secretKeyRef: {name: creds, key: token}}\nvolumeMounts: [{name: s, mountPath: /secret}]",
+        "volumes: [{name: s, secret: {secretName: creds}}]",
+    );
+    apply_yaml(&client, ns.name(), &(secret.to_owned() + &own)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    let pod = wait_for(&pods, "own", T_POD, pod_finished).await?;
-    let term = terminated(&pod, "main")?;
+    let (_, term) = run_to_end(&pods, "own").await?;
     ensure!(
         term.exit_code == 0
             && term.message.as_deref()
@@ -629,61 +535,29 @@ spec:
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up)"]
 async fn pods_reach_the_apiserver_in_cluster_and_host_loopback_services() -> Result<()> {
-    let cluster = TestCluster::start_or_reuse().await?;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, "podnet").await?;
-    let registry_port = kube_test_support::registry().rsplit(':').next().unwrap_or_default().to_owned();
-    apply_yaml(
-        &client,
-        ns.name(),
-        &format!(
-            r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: lister}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: pod-reader}}
-rules: [{{apiGroups: [""], resources: [pods], verbs: [get]}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: lister}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}}
-subjects: [{{kind: ServiceAccount, name: lister}}]
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: client}}
-spec:
-  serviceAccountName: lister
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: {image}
-    env:
-    - name: NS
-      valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}
-    command:
-    - sh
-    - -c
-    - |
-      set -e
-      sa=/var/run/secrets/kubernetes.io/serviceaccount
-      wget -q -O /tmp/me --no-check-certificate --header "Authorization: Bearer $(cat $sa/token)" \
-        "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$NS/pods/client"
-      grep -q '"serviceAccountName": *"lister"' /tmp/me
-      wget -q -O /tmp/reg "http://10.244.0.1:{registry_port}/v2/"
-      echo "api-ok registry=$(cat /tmp/reg)" > /dev/termination-log
-"#,
-            image = test_image("busybox")
-        ),
-    )
-    .await?;
+    let (_cluster, client, ns) = setup("podnet").await?;
+    let registry = kube_test_support::pod_registry();
+    let script = format!(
+        r#"set -e
+sa=/var/run/secrets/kubernetes.io/serviceaccount
+wget -q -O /tmp/me --no-check-certificate --header "Authorization: Bearer $(cat $sa/token)" \
+  "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$NS/pods/client"
+grep -q '"serviceAccountName": *"lister"' /tmp/me
+wget -q -O /tmp/reg "http://{registry}/v2/"
+echo "api-ok registry=$(cat /tmp/reg)" > /dev/termination-log
+"#
+    );
+    let pod = sh_pod(
+        "client",
+        &test_image("busybox"),
+        "Never",
+        &script,
+        "env:\n- name: NS\n  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}",
+        "serviceAccountName: lister",
+    );
+    apply_yaml(&client, ns.name(), &(pod_reader_account("lister", "get", "lister") + "---\n" + &pod)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    let pod = wait_for(&pods, "client", T_POD, pod_finished).await?;
-    let term = terminated(&pod, "main")?;
+    let (_, term) = run_to_end(&pods, "client").await?;
     ensure!(term.exit_code == 0 && term.message.as_deref() == Some("api-ok registry={}\n"), "{term:?}");
     ns.delete().await?;
     Ok(())

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 fn main() -> ExitCode {
-    uploader::cli::init_logging("APISERVER_LOG");
-    uploader::cli::run(async {
+    controller_runtime::binary::init_logging("APISERVER_LOG", "info");
+    controller_runtime::binary::run(async {
         let ns = std::env::var("CDI_NAMESPACE").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cdi".into());
         let listen = std::env::var("APISERVER_LISTEN").unwrap_or_else(|_| "0.0.0.0:8443".into());
         let listen = listen.parse().map_err(|e| anyhow::anyhow!("invalid APISERVER_LISTEN {listen:?}: {e}"))?;
@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         tracing::info!(addr = %running.addr, "cdi-apiserver listening");
         tokio::select! {
             () = running.wait() => {}
-            () = uploader::http::terminated() => tracing::info!("terminated"),
+            () = controller_runtime::binary::shutdown_signal() => tracing::info!("terminated"),
         }
         Ok(())
     })

@@ -7,15 +7,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 fn main() -> ExitCode {
-    uploader::cli::init_logging("UPLOADPROXY_LOG");
-    uploader::cli::run(async {
+    controller_runtime::binary::init_logging("UPLOADPROXY_LOG", "info");
+    controller_runtime::binary::run(async {
         let cfg = uploader::proxy::Config::from_env(&std::env::vars().collect())?;
         let client = kube::Client::try_default().await?;
         let running = uploader::proxy::start(cfg, Arc::new(uploader::proxy::KubeCluster::new(client))).await?;
         tracing::info!(addr = %running.addr, "upload proxy listening");
         tokio::select! {
             () = running.wait() => {}
-            () = uploader::http::terminated() => tracing::info!("terminated"),
+            () = controller_runtime::binary::shutdown_signal() => tracing::info!("terminated"),
         }
         Ok(())
     })

@@ -11,7 +11,7 @@ fn write_termination(path: &std::path::Path, msg: &str) {
 }
 
 fn main() -> ExitCode {
-    uploader::cli::init_logging("UPLOADSERVER_LOG");
+    controller_runtime::binary::init_logging("UPLOADSERVER_LOG", "info");
     let env = std::env::vars().collect();
     let cfg = match uploader::server::Config::from_env(&env) {
         Ok(c) => c,
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             let outcome = rt.block_on(async {
                 tokio::select! {
                     o = running.wait() => Some(o),
-                    () = uploader::http::terminated() => None,
+                    () = controller_runtime::binary::shutdown_signal() => None,
                 }
             });
             let Some(outcome) = outcome else {
@@ -49,7 +49,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let line = importer::error::chain_line(&e);
+            let line = contracts::errors::chain_line(&e);
             write_termination(&log, &line);
             eprintln!("error: {line}");
             ExitCode::from(1)

@@ -194,7 +194,7 @@ impl Converter<'_> {
                 // Fast path: the next bytes are one data run's and nothing else's; read them straight into
                 // the sink's buffer (one copy less than going through `chunk`).
                 let n = self.sink.write_with(guest, max, &mut |buf| {
-                    crate::format::read_full(stream, buf).map_err(|e| crate::pipeline::untag(e, pos))
+                    crate::format::read_full(stream, buf).map_err(|e| crate::error::untag(e, pos))
                 })?;
                 if n == 0 {
                     break;
@@ -205,7 +205,7 @@ impl Converter<'_> {
                 self.stats.stream_bytes = pos;
                 continue;
             }
-            let n = crate::format::read_full(stream, &mut chunk).map_err(|e| crate::pipeline::untag(e, pos))?;
+            let n = crate::format::read_full(stream, &mut chunk).map_err(|e| crate::error::untag(e, pos))?;
             if n == 0 {
                 break;
             }
@@ -297,7 +297,7 @@ impl Converter<'_> {
             let piece = &mut buf[..n];
             match &self.refetch {
                 Refetch::Random(ra) => {
-                    ra.read_at(pos, piece).map_err(|e| crate::pipeline::untag(e, pos))?;
+                    ra.read_at(pos, piece).map_err(|e| crate::error::untag(e, pos))?;
                     self.stats.refetched_bytes += n as u64;
                 }
                 Refetch::Spill(s) => {

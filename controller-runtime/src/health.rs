@@ -1,0 +1,48 @@
+//! The controller's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (process alive) and `/readyz`
+//! (leading with synced caches, or standing by as a healthy follower).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+
+use crate::metrics::Registry;
+
+/// State shared with the handlers.
+#[derive(Clone)]
+pub struct Health {
+    /// Metrics to render.
+    pub metrics: Arc<Registry>,
+    /// Set once the process is either leading with running controllers or waiting as a healthy follower.
+    pub ready: Arc<AtomicBool>,
+}
+
+async fn metrics(State(h): State<Health>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    (StatusCode::OK, [("content-type", "text/plain; version=0.0.4")], h.metrics.render())
+}
+
+async fn readyz(State(h): State<Health>) -> StatusCode {
+    if h.ready.load(Ordering::Relaxed) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }
+}
+
+/// Binds `addr` and serves the endpoints in the background until the process ends; a bind failure is returned
+/// at once, a later serving failure is logged.
+pub async fn serve(addr: SocketAddr, health: Health) -> std::io::Result<SocketAddr> {
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(health);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics server failed");
+        }
+    });
+    Ok(bound)
+}

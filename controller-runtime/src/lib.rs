@@ -1,0 +1,28 @@
+//! The runtime every controller binary of this project shares, so the next controller is written the same way:
+//!
+//! ```text
+//! main.rs: binary::init_logging ─► metrics::Registry + health::serve (/metrics /healthz /readyz)
+//!          ─► leader::run_as_leader (Lease; ends on SIGTERM or when the lease is lost)
+//!               └─► store::reflect (watch caches) ─► kube Controller::run(reconcile, policy::ErrorPolicy)
+//! reconcile: read (caches) ─► plan (pure) ─► apply (api helpers, events::Events) ─► status
+//! ```
+//!
+//! * [`binary`] — logging, the multi-threaded runtime with `error: …` / exit 1, SIGTERM/SIGINT, pod identity;
+//! * [`api`] — not-found / conflict helpers for idempotent create and delete;
+//! * [`store`] — watch caches (reflector stores) and waiting for their first sync;
+//! * [`health`] — the `/metrics`, `/healthz`, `/readyz` endpoint;
+//! * [`metrics`] — reconcile counters and durations per controller, an API-request counter;
+//! * [`leader`] — leader election on a `coordination.k8s.io` Lease;
+//! * [`events`] — best-effort Kubernetes events;
+//! * [`policy`] — the error policy: fatal errors wait for a change, transient ones back off exponentially.
+
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod binary;
+pub mod events;
+pub mod health;
+pub mod leader;
+pub mod metrics;
+pub mod policy;
+pub mod store;
