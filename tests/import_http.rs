@@ -11,25 +11,12 @@ use std::time::Duration;
 use integration_tests::messages as msg;
 use integration_tests::server::{Behavior, Silence, TestServer};
 use integration_tests::*;
+// The failing import of these tests is the shared one.
+use integration_tests::import_fails as fail;
 
 /// Imports `source` (expected to produce corpus entry `name`) with extra args; asserts success and content.
 fn ok(test: &str, name: &str, source: &str, extra: &[&str]) -> Output {
-    let e = entry(name);
-    let out = OutDir::new(test);
-    let dest = out.join("disk.img");
-    let run = Cmd::import(source, &dest).args(extra).run();
-    assert_success(&run);
-    assert_image_eq(&dest, e, None);
-    assert_sparse(&dest, e);
-    run
-}
-
-fn fail(test: &str, source: &str, cmd: impl FnOnce(Cmd) -> Cmd, expect: &[&str]) -> Output {
-    let out = OutDir::new(test);
-    let dest = out.join("disk.img");
-    let run = cmd(Cmd::import(source, &dest)).run();
-    assert_failed(&run, &dest, expect);
-    run
+    import_ok(test, name, source, |c| c.args(extra))
 }
 
 // ----- Range / no Range --------------------------------------------------------------------------------------------

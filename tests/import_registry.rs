@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use integration_tests::*;
+// The failing import of these tests is the shared one.
+use integration_tests::import_fails as fail;
 
 const SETUP_HINT: &str = "run `tests/infra/import-env.sh up` and then `tests/infra/registry-env.sh up`";
 
@@ -68,28 +70,13 @@ fn tls(image: &str) -> String {
 
 /// Imports `source` with `extra` args (JSON output), expects corpus entry `name`'s content; returns the JSON.
 fn ok(test: &str, name: &str, source: &str, cmd: impl FnOnce(Cmd) -> Cmd) -> serde_json::Value {
-    let e = entry(name);
-    let out = OutDir::new(test);
-    let dest = out.join("disk.img");
-    let run = cmd(Cmd::import(source, &dest).json()).run();
-    assert_success(&run);
-    let j = check_import_json(&run, e, None);
-    assert_image_eq(&dest, e, None);
-    assert_sparse(&dest, e);
-    j
+    let run = import_ok(test, name, source, |c| cmd(c.json()));
+    check_import_json(&run, entry(name), None)
 }
 
 /// Imports `source` from the plain registry (`--insecure`).
 fn ok_plain(test: &str, name: &str, image: &str) -> serde_json::Value {
     ok(test, name, &plain(image), |c| c.arg("--insecure"))
-}
-
-fn fail(test: &str, source: &str, cmd: impl FnOnce(Cmd) -> Cmd, expect: &[&str]) -> Output {
-    let out = OutDir::new(test);
-    let dest = out.join("disk.img");
-    let run = cmd(Cmd::import(source, &dest)).run();
-    assert_failed(&run, &dest, expect);
-    run
 }
 
 fn last_line(o: &Output) -> String {

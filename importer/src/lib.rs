@@ -12,8 +12,16 @@
 //!          sink::Sink (writer thread; O_DIRECT blocks; file: holes; block: zeroing) ─► fsync
 //! ```
 //!
-//! Entry points: [`pipeline::import`] and [`info::info`]; [`serve::serve`] is the source side of a host-assisted
-//! clone (serves a volume's image read-only over HTTPS). The binary in `main.rs` only parses arguments.
+//! The pipeline's stages, in order: [`source`] (file, HTTP, S3, registry, push) → [`checksum`] and [`progress`]
+//! taps → [`decompress`] → [`detect`] → [`plan`] (pure) → [`format`] (raw copy, native qcow2, delegated
+//! `qemu-img`) → [`sink`]; [`pipeline`] runs them and [`error`] carries failures through the `Read` layers.
+//!
+//! Entry points: [`pipeline::import`] and [`info::info`]. Around them: [`pod`] is CDI's importer pod (its
+//! environment, target volume and sizing, archives, termination message, progress metrics), [`serve`] the source
+//! side of a host-assisted clone and the one TLS server every worker endpoint uses. The binary in `main.rs`
+//! only parses arguments.
+
+#![deny(missing_docs)]
 
 pub mod checksum;
 pub mod decompress;

@@ -8,22 +8,39 @@ use std::path::{Path, PathBuf};
 
 /// Byte offsets of qcow2 header fields (all big-endian).
 pub mod off {
+    /// `QFI\xfb`.
     pub const MAGIC: u64 = 0;
+    /// Version (2 or 3).
     pub const VERSION: u64 = 4;
+    /// Offset of the backing file name.
     pub const BACKING_FILE_OFFSET: u64 = 8;
+    /// log2 of the cluster size.
     pub const CLUSTER_BITS: u64 = 20;
+    /// Virtual size.
     pub const SIZE: u64 = 24;
+    /// Encryption method.
     pub const CRYPT_METHOD: u64 = 32;
+    /// Entries in the L1 table.
     pub const L1_SIZE: u64 = 36;
+    /// Offset of the L1 table.
     pub const L1_TABLE_OFFSET: u64 = 40;
+    /// Offset of the refcount table.
     pub const REFCOUNT_TABLE_OFFSET: u64 = 48;
+    /// Clusters of the refcount table.
     pub const REFCOUNT_TABLE_CLUSTERS: u64 = 56;
+    /// Number of internal snapshots.
     pub const NB_SNAPSHOTS: u64 = 60;
+    /// Offset of the snapshot table.
     pub const SNAPSHOTS_OFFSET: u64 = 64;
+    /// Incompatible feature bits (v3).
     pub const INCOMPATIBLE_FEATURES: u64 = 72;
+    /// Compatible feature bits (v3).
     pub const COMPATIBLE_FEATURES: u64 = 80;
+    /// Autoclear feature bits (v3).
     pub const AUTOCLEAR_FEATURES: u64 = 88;
+    /// Header length (v3).
     pub const HEADER_LENGTH: u64 = 100;
+    /// Compression type byte (v3 with a long header).
     pub const COMPRESSION_TYPE: u64 = 104;
 }
 
@@ -39,6 +56,7 @@ pub fn copy_to(src: &Path, dir: &Path, name: &str) -> PathBuf {
     dst
 }
 
+/// `n` bytes of `p` at `at`.
 pub fn read_bytes(p: &Path, at: u64, n: usize) -> Vec<u8> {
     let mut f = fs::File::open(p).unwrap();
     f.seek(SeekFrom::Start(at)).unwrap();
@@ -47,21 +65,26 @@ pub fn read_bytes(p: &Path, at: u64, n: usize) -> Vec<u8> {
     b
 }
 
+/// Overwrites `p` at `at` with `bytes`.
 pub fn patch(p: &Path, at: u64, bytes: &[u8]) {
     let mut f = OpenOptions::new().write(true).open(p).unwrap();
     f.seek(SeekFrom::Start(at)).unwrap();
     f.write_all(bytes).unwrap();
 }
 
+/// The big-endian u32 of `p` at `at`.
 pub fn be32(p: &Path, at: u64) -> u32 {
     u32::from_be_bytes(read_bytes(p, at, 4).try_into().unwrap())
 }
+/// The big-endian u64 of `p` at `at`.
 pub fn be64(p: &Path, at: u64) -> u64 {
     u64::from_be_bytes(read_bytes(p, at, 8).try_into().unwrap())
 }
+/// Writes `v` big-endian into `p` at `at`.
 pub fn set_be32(p: &Path, at: u64, v: u32) {
     patch(p, at, &v.to_be_bytes());
 }
+/// Writes `v` big-endian into `p` at `at`.
 pub fn set_be64(p: &Path, at: u64, v: u64) {
     patch(p, at, &v.to_be_bytes());
 }
@@ -69,16 +92,24 @@ pub fn set_be64(p: &Path, at: u64, v: u64) {
 /// The qcow2 header fields the hostile tests need.
 #[derive(Debug, Clone, Copy)]
 pub struct Qcow2Header {
+    /// Version.
     pub version: u32,
+    /// log2 of the cluster size.
     pub cluster_bits: u32,
+    /// Virtual size.
     pub size: u64,
+    /// Entries in the L1 table.
     pub l1_size: u32,
+    /// Offset of the L1 table.
     pub l1_table_offset: u64,
+    /// Offset of the refcount table.
     pub refcount_table_offset: u64,
+    /// Incompatible feature bits (0 for v2).
     pub incompatible: u64,
 }
 
 impl Qcow2Header {
+    /// Reads the header of the qcow2 image `p` (panics if it is none).
     pub fn read(p: &Path) -> Self {
         assert_eq!(read_bytes(p, off::MAGIC, 4), b"QFI\xfb", "{} is not qcow2", p.display());
         let version = be32(p, off::VERSION);
@@ -92,6 +123,7 @@ impl Qcow2Header {
             incompatible: if version >= 3 { be64(p, off::INCOMPATIBLE_FEATURES) } else { 0 },
         }
     }
+    /// Cluster size in bytes.
     pub fn cluster_size(&self) -> u64 {
         1 << self.cluster_bits
     }

@@ -5,6 +5,8 @@
 //! * [`corpus`] / [`entry`] read the corpus manifest (expected output of `qemu-img convert -O raw` per image).
 //! * [`Cmd`] runs the importer binary (built once per test binary with `cargo build -p importer`).
 //! * [`assert_image_eq`], [`assert_sparse`], [`assert_failed`] check the contract.
+
+#![deny(missing_docs)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
 pub mod hostile;
@@ -25,8 +27,11 @@ use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
 
+/// One KiB.
 pub const KIB: u64 = 1024;
+/// One MiB.
 pub const MIB: u64 = 1024 * KIB;
+/// One GiB.
 pub const GIB: u64 = 1024 * MIB;
 
 /// Allowed excess of allocated blocks of DEST over qemu-img's output.
@@ -41,10 +46,15 @@ const SETUP_HINT: &str = "run `tests/infra/import-env.sh up` first (it generates
 /// The peers started by `tests/infra/import-env.sh up`, read from `tests/work/env`.
 #[derive(Debug)]
 pub struct Env {
+    /// The work directory (`tests/work`).
     pub work: PathBuf,
+    /// The image corpus made by the script.
     pub corpus: PathBuf,
+    /// The corpus manifest (one JSON entry per image).
     pub manifest: PathBuf,
+    /// Pre-made hostile images.
     pub hostile: PathBuf,
+    /// Where tests put their outputs (`tests/work/out`).
     pub out: PathBuf,
     /// nginx with Range support; `/slow/`, `/hdr/`, `/html/`, `/nohead/` map to the corpus.
     pub http_plain: String,
@@ -54,11 +64,17 @@ pub struct Env {
     pub http_redirect: String,
     /// nginx with basic auth; `/redir/X` redirects to `/X` on the same server.
     pub http_auth: String,
+    /// nginx over TLS with a certificate of the test CA.
     pub https: String,
+    /// Directory holding the test CA certificate (for `--cert-dir`).
     pub ca_dir: PathBuf,
+    /// Directory holding an unrelated CA certificate (verification must fail).
     pub other_ca_dir: PathBuf,
+    /// Basic-auth user of `http_auth`.
     pub auth_user: String,
+    /// Basic-auth password of `http_auth`.
     pub auth_password: String,
+    /// nginx access log (method, URI, Range of every request).
     pub access_log: PathBuf,
 }
 
@@ -160,12 +176,15 @@ pub fn env() -> &'static Env {
 pub struct Entry {
     /// File name in the corpus directory (also the URL path below `/corpus/`).
     pub name: String,
+    /// Its path.
     pub path: PathBuf,
     /// `qemu-img info` format of the inner (decompressed) image: raw, qcow2, vmdk, vpc, vhdx, vdi.
     pub format: String,
     /// None, or gzip / xz / zstd / bzip2.
     pub compression: Option<String>,
+    /// Virtual size.
     pub virtual_size: u64,
+    /// Cluster size, for formats that have one.
     pub cluster_size: Option<u64>,
     /// sha256 of `qemu-img convert -O raw` output (None for multi-GiB images: see `expected`).
     pub sha256: Option<String>,
@@ -180,17 +199,21 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Whether it is an ISO image.
     pub fn is_iso(&self) -> bool {
         self.name.contains(".iso")
     }
+    /// Its URL on the plain nginx server.
     pub fn url(&self) -> String {
         env().plain_url(&self.name)
     }
+    /// Length of the corpus file (as served).
     pub fn file_len(&self) -> u64 {
         fs::metadata(&self.path).unwrap().len()
     }
 }
 
+/// Every corpus entry, read once from the manifest.
 pub fn corpus() -> &'static [Entry] {
     static CORPUS: OnceLock<Vec<Entry>> = OnceLock::new();
     CORPUS.get_or_init(|| {
@@ -239,6 +262,7 @@ pub fn corpus() -> &'static [Entry] {
     })
 }
 
+/// The corpus entry `name` (panics when it does not exist).
 pub fn entry(name: &str) -> &'static Entry {
     corpus()
         .iter()
@@ -256,6 +280,7 @@ pub struct OutDir {
 }
 
 impl OutDir {
+    /// `tests/work/out/<name>`, emptied.
     pub fn new(name: &str) -> Self {
         let clean: String =
             name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
@@ -264,9 +289,11 @@ impl OutDir {
         fs::create_dir_all(&path).unwrap();
         OutDir { path }
     }
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.path
     }
+    /// A path inside the directory.
     pub fn join(&self, p: &str) -> PathBuf {
         self.path.join(p)
     }
@@ -329,15 +356,22 @@ pub fn importer_bin() -> &'static Path {
 /// Result of one importer run.
 #[derive(Debug)]
 pub struct Output {
+    /// The command line, for messages.
     pub cmdline: String,
+    /// Exit code (`None`: killed by a signal).
     pub code: Option<i32>,
+    /// The signal that ended it.
     pub signal: Option<i32>,
+    /// Its stdout.
     pub stdout: String,
+    /// Its stderr.
     pub stderr: String,
+    /// Wall-clock time.
     pub elapsed: Duration,
 }
 
 impl Output {
+    /// Exit code 0.
     pub fn success(&self) -> bool {
         self.code == Some(0)
     }
@@ -364,6 +398,7 @@ impl Output {
         serde_json::from_str(line)
             .unwrap_or_else(|e| panic!("last stdout line is not JSON ({e}): {line}\n{}", self.describe()))
     }
+    /// Non-empty lines of stderr.
     pub fn stderr_lines(&self) -> Vec<&str> {
         self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
     }
@@ -399,10 +434,12 @@ impl Cmd {
             timeout: Duration::from_secs(180),
         }
     }
+    /// Adds an argument.
     pub fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
         self.args.push(a.as_ref().to_owned());
         self
     }
+    /// Adds arguments.
     pub fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -415,6 +452,7 @@ impl Cmd {
     pub fn json(self) -> Self {
         self.args(["--output", "json"])
     }
+    /// Sets an environment variable.
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.envs.push((k.to_owned(), v.to_owned()));
         self
@@ -423,10 +461,12 @@ impl Cmd {
     pub fn auth(self, user: &str, password: &str) -> Self {
         self.env("IMPORTER_ACCESS_KEY_ID", user).env("IMPORTER_SECRET_KEY", password)
     }
+    /// Runs in `dir`.
     pub fn cwd(mut self, dir: &Path) -> Self {
         self.cwd = Some(dir.to_owned());
         self
     }
+    /// Kills the run after `t` (a hang is a test failure).
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
@@ -516,6 +556,7 @@ impl Cmd {
 // assertions on runs
 // ---------------------------------------------------------------------------------------------------------------
 
+/// Asserts exit 0 (showing the run otherwise).
 pub fn assert_success(out: &Output) {
     assert!(out.success(), "importer failed\n{}", out.describe());
     assert!(!out.stderr.contains("panicked"), "importer panicked\n{}", out.describe());
@@ -552,6 +593,29 @@ pub fn assert_failed_with(out: &Output, dest: Option<&Path>, expect: &[&str], on
 /// [`assert_failed_with`] with the one-line rule.
 pub fn assert_failed(out: &Output, dest: &Path, expect: &[&str]) {
     assert_failed_with(out, Some(dest), expect, true);
+}
+
+/// Imports `source` into `disk.img` of a fresh [`OutDir`] named `test`, with `cmd` adding to the command;
+/// asserts success and that the result equals corpus entry `name` (content and sparseness). Returns the run.
+pub fn import_ok(test: &str, name: &str, source: &str, cmd: impl FnOnce(Cmd) -> Cmd) -> Output {
+    let e = entry(name);
+    let out = OutDir::new(test);
+    let dest = out.join("disk.img");
+    let run = cmd(Cmd::import(source, &dest)).run();
+    assert_success(&run);
+    assert_image_eq(&dest, e, None);
+    assert_sparse(&dest, e);
+    run
+}
+
+/// Imports `source` into `disk.img` of a fresh [`OutDir`] named `test`, with `cmd` adding to the command;
+/// asserts the failure (one line naming `expect`, nothing left at the target). Returns the run.
+pub fn import_fails(test: &str, source: &str, cmd: impl FnOnce(Cmd) -> Cmd, expect: &[&str]) -> Output {
+    let out = OutDir::new(test);
+    let dest = out.join("disk.img");
+    let run = cmd(Cmd::import(source, &dest)).run();
+    assert_failed(&run, &dest, expect);
+    run
 }
 
 fn assert_dest_removed(dest: &Path, d: &str) {
@@ -708,6 +772,7 @@ pub fn sha256_prefix(p: &Path, len: u64) -> String {
     hex(&h.finalize())
 }
 
+/// Lower-case hex of `b`.
 pub fn hex(b: &[u8]) -> String {
     b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
         let _ = write!(s, "{x:02x}");

@@ -49,7 +49,9 @@ pub const NOT_FOUND: &[&str] = &["no such file", "not found"];
 
 /// HTTP status errors.
 pub const HTTP_401: &[&str] = &["401"];
+/// HTTP 403.
 pub const HTTP_403: &[&str] = &["403"];
+/// HTTP 404.
 pub const HTTP_404: &[&str] = &["404"];
 /// TLS verification failure.
 pub const TLS_CERTIFICATE: &[&str] = &["certificate"];

@@ -19,20 +19,46 @@ pub enum Behavior {
     /// A well-behaved server.
     Normal,
     /// The first `failures` requests (any method) get `503 Service Unavailable`.
-    Flaky503 { failures: usize },
+    Flaky503 {
+        /// How many requests fail.
+        failures: usize,
+    },
     /// A response body is cut by a TCP reset after `bytes` body bytes on its connection, `times` times in total.
-    ResetAfter { bytes: u64, times: usize },
+    ResetAfter {
+        /// Body bytes before the reset.
+        bytes: u64,
+        /// How many responses are cut.
+        times: usize,
+    },
     /// A response body ends with a clean close (FIN) after `bytes` body bytes on its connection, short of its
     /// Content-Length, `times` times in total. Unlike a reset, every byte written reaches the client.
-    CloseAfter { bytes: u64, times: usize },
+    CloseAfter {
+        /// Body bytes before the close.
+        bytes: u64,
+        /// How many responses are cut.
+        times: usize,
+    },
     /// A response body stops when it reaches file offset `offset` (also right at its start) for `stall`, then
     /// the connection is closed; `times` times in total (`usize::MAX`: always, so no attempt gets past it).
-    StallAt { offset: u64, stall: Duration, times: usize },
+    StallAt {
+        /// File offset where the body stops.
+        offset: u64,
+        /// How long it stays silent.
+        stall: Duration,
+        /// How many responses stall.
+        times: usize,
+    },
     /// Every response announces the full Content-Length but sends `missing` bytes less, then closes.
-    ShortBody { missing: u64 },
+    ShortBody {
+        /// Bytes left out.
+        missing: u64,
+    },
     /// The requests `which` selects are read and then never answered (no status line, no headers): the
     /// connection stays open, silent, until the server stops. Other requests are served normally.
-    Silent { which: Silence },
+    Silent {
+        /// Which requests get no answer.
+        which: Silence,
+    },
 }
 
 /// Which requests a [`Behavior::Silent`] server leaves unanswered.
@@ -49,8 +75,11 @@ pub enum Silence {
 /// What the server saw and sent.
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Requests received.
     pub requests: AtomicUsize,
+    /// Response body bytes sent.
     pub body_bytes: AtomicU64,
+    /// Faults injected so far.
     pub faults: AtomicUsize,
     /// One line per request: `METHOD /path range=... -> STATUS`.
     pub log: Mutex<Vec<String>>,
@@ -58,9 +87,13 @@ pub struct Stats {
     pub seen: Mutex<Vec<(String, Option<String>)>>,
 }
 
+/// An HTTP/1.1 server on 127.0.0.1 serving one file (GET, HEAD, Range) with a [`Behavior`]; stopped on drop.
 pub struct TestServer {
+    /// Its address.
     pub addr: SocketAddr,
+    /// What it saw and sent.
     pub stats: Arc<Stats>,
+    /// Size of the served file.
     pub file_len: u64,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -74,6 +107,7 @@ struct State {
 }
 
 impl TestServer {
+    /// Starts serving `file` with `behavior` on a free port.
     pub fn start(file: &Path, behavior: Behavior) -> Self {
         let len = std::fs::metadata(file).unwrap().len();
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -107,15 +141,19 @@ impl TestServer {
         TestServer { addr, stats, file_len: len, shutdown: Some(tx), thread: Some(thread) }
     }
 
+    /// `http://<addr>/disk.img`.
     pub fn url(&self) -> String {
         format!("http://{}/disk.img", self.addr)
     }
+    /// Response body bytes sent so far.
     pub fn body_bytes(&self) -> u64 {
         self.stats.body_bytes.load(Ordering::SeqCst)
     }
+    /// Requests received so far.
     pub fn requests(&self) -> usize {
         self.stats.requests.load(Ordering::SeqCst)
     }
+    /// Faults injected so far.
     pub fn faults(&self) -> usize {
         self.stats.faults.load(Ordering::SeqCst)
     }
@@ -129,6 +167,7 @@ impl TestServer {
             .filter(|(_, r)| r.as_deref().is_none_or(|r| r.replace(' ', "") == "bytes=0-"))
             .count()
     }
+    /// The request log, one line per request.
     pub fn log(&self) -> String {
         self.stats.log.lock().map(|l| l.join("\n")).unwrap_or_default()
     }

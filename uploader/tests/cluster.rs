@@ -21,12 +21,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
-use kube_test_support::{TestCluster, TestNamespace, apply_yaml, poll_until};
+use kube_test_support::{TestCluster, TestNamespace, apply_yaml, ok, poll_until};
 use uploader::token;
-
-fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
-    r.unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// How long a fresh upload DataVolume may take to get its upload pod ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(150);

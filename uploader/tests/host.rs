@@ -11,16 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube_test_support::ok;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use uploader::proxy::{Cluster, ClusterError};
 use uploader::token;
 
 const SERVER_NAME: &str = "cdi-upload-disk.ns.svc";
 const CLIENT_CN: &str = "client.upload-server.cdi.kubevirt.io";
-
-fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
-    r.unwrap_or_else(|e| panic!("{e}"))
-}
 
 struct Ca {
     issuer: Issuer<'static, KeyPair>,

@@ -20,7 +20,7 @@ use reqwest::{Method, StatusCode, Url};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, pump};
+use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, inside, pump};
 use crate::{Error, Result};
 use contracts::errors::chain_line;
 
@@ -305,13 +305,12 @@ impl RandomAccess for HttpAccess {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let avail = self.size.saturating_sub(offset).min(buf.len() as u64) as usize;
-        buf[avail..].fill(0);
+        let head = inside(self.size, offset, buf);
+        let avail = head.len();
         if avail == 0 {
             return Ok(0);
         }
         let client = self.client.clone();
-        let (head, _) = buf.split_at_mut(avail);
         self.rt.block_on(async {
             let mut attempts = 0;
             loop {

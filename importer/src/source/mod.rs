@@ -86,6 +86,15 @@ pub trait RandomAccess: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
 }
 
+/// The part of `buf` that lies inside a source of `size` bytes when read at `offset`; the rest of `buf` (past the
+/// end) is zero-filled, as [`RandomAccess::read_at`] promises.
+pub(crate) fn inside(size: u64, offset: u64, buf: &mut [u8]) -> &mut [u8] {
+    let avail = usize::try_from(size.saturating_sub(offset)).map_or(buf.len(), |a| a.min(buf.len()));
+    let (head, tail) = buf.split_at_mut(avail);
+    tail.fill(0);
+    head
+}
+
 /// Positional reads over bytes in memory (upload bodies held in memory, tests, the fuzz target).
 pub struct MemoryAccess(pub Vec<u8>);
 

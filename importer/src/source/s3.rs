@@ -31,7 +31,7 @@ use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, pump};
+use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, inside, pump};
 use crate::{Error, Result};
 use contracts::errors::chain_line;
 
@@ -377,12 +377,11 @@ impl RandomAccess for S3Access {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let avail = self.size.saturating_sub(offset).min(buf.len() as u64) as usize;
-        buf[avail..].fill(0);
+        let head = inside(self.size, offset, buf);
+        let avail = head.len();
         if avail == 0 {
             return Ok(0);
         }
-        let (head, _) = buf.split_at_mut(avail);
         self.rt.block_on(async {
             let mut attempts = 0;
             let mut delay = self.obj.opts.backoff;

@@ -3,6 +3,8 @@
 //! the test cluster, writes and waits for DataVolumes, and checks what a DataVolume left in its volume against
 //! `qemu-img convert`. The generic cluster helpers are `kube-test-support`'s.
 
+#![deny(missing_docs)]
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -14,6 +14,8 @@
 //! `cdi-test-support` (`tests/cdi-support`). Cluster tests are `#[ignore]`d and run with
 //! `cargo test -p <crate> -- --ignored` after `tests/cluster/up`.
 
+#![deny(missing_docs)]
+
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +32,11 @@ use kube::runtime::wait::{Condition, await_condition};
 use kube::{Client, Config, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+/// The value of `r`, or a test failure showing its error (for tests that would otherwise `unwrap`).
+pub fn ok<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
+}
 
 /// Field manager used for server-side apply by [`apply_yaml`].
 pub const FIELD_MANAGER: &str = "kube-test-support";

@@ -290,35 +290,11 @@ fn set_mode(p: &Path, mode: u32) -> Result<()> {
 /// Parses a Kubernetes quantity for storage (plain bytes, decimal `k M G T P E` or binary `Ki Mi Gi Ti Pi Ei`
 /// suffixes, optional fraction) into bytes, rounding up.
 fn parse_quantity(q: &str) -> Result<u64> {
-    let q = q.trim();
-    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
-    let (num, suffix) = q.split_at(split);
-    let mult: u128 = match suffix {
-        "" => 1,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        "P" => 1_000_000_000_000_000,
-        "E" => 1_000_000_000_000_000_000,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        "Pi" => 1 << 50,
-        "Ei" => 1 << 60,
-        _ => bail!("unsupported quantity {q:?}"),
-    };
-    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    let int: u128 = if int.is_empty() { 0 } else { int.parse().with_context(|| format!("quantity {q:?}"))? };
-    let mut bytes = int.checked_mul(mult).context("quantity overflow")?;
-    if !frac.is_empty() {
-        let digits = u32::try_from(frac.len()).context("quantity fraction too long")?;
-        let denom = 10u128.checked_pow(digits).context("quantity fraction too long")?;
-        let f: u128 = frac.parse().with_context(|| format!("quantity {q:?}"))?;
-        bytes += (f * mult).div_ceil(denom);
+    // A volume is whole bytes: milli-units (`1m`) are refused, everything else is the workspace's one parser.
+    if q.trim().ends_with('m') {
+        bail!("unsupported quantity {q:?}");
     }
-    u64::try_from(bytes).context("quantity overflow")
+    contracts::quantity::parse_bytes(q).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 #[cfg(test)]
