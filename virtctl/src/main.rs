@@ -31,25 +31,10 @@ async fn client(args: &virtctl::ImageUploadArgs) -> anyhow::Result<(kube::Client
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let Cmd::ImageUpload(args) = cli.cmd;
-    let r: anyhow::Result<()> = rt.block_on(async {
+    let Cmd::ImageUpload(args) = Cli::parse().cmd;
+    controller_runtime::binary::run(async {
         let (c, ns) = client(&args).await?;
         virtctl::image_upload(&args, c, &ns).await?;
         Ok(())
-    });
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    })
 }

@@ -110,12 +110,11 @@ pub fn corpus(name: &str) -> PathBuf {
 }
 
 /// CDI's upstream example manifests (`*.yaml` file names, sorted) and their directory,
-/// `<repo root>/../shared/upstream-examples/cdi`. A missing directory is an error, never a skip.
+/// `upstream-examples/cdi` of the shared reference directory ([`kube_test_support::shared_dir`], beside the
+/// checkout). A missing directory is an error, never a skip.
 pub fn upstream_examples() -> Result<(PathBuf, Vec<String>)> {
-    let dir = repo_root().join("../shared/upstream-examples/cdi");
-    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-    let what =
-        format!("reading CDI's upstream examples in {} (<repo root>/../shared/upstream-examples/cdi)", dir.display());
+    let dir = kube_test_support::shared_dir()?.join("upstream-examples/cdi");
+    let what = format!("reading CDI's upstream examples in {}", dir.display());
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .map_err(Error::io(what))?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -143,6 +143,39 @@ pub fn repo_root() -> PathBuf {
     std::fs::canonicalize(&root).unwrap_or(root)
 }
 
+/// The project's shared reference directory (specs, upstream example manifests), which lives beside the
+/// checkout as `../shared`: `$KUBEVIRT_RS_SHARED` when set, else `<repo root>/../shared`, else — in a clone of a
+/// local checkout, as CI and the before-stop check make one — `../shared` beside the checkout it was cloned from
+/// (its `origin` remote). Fails, naming every place tried, when none exists.
+pub fn shared_dir() -> Result<PathBuf> {
+    let root = repo_root();
+    let mut tried = Vec::new();
+    if let Some(d) = std::env::var_os("KUBEVIRT_RS_SHARED") {
+        tried.push(PathBuf::from(d));
+    }
+    tried.push(root.join("../shared"));
+    let origin = Command::new("git").arg("-C").arg(&root).args(["config", "--get", "remote.origin.url"]).output();
+    if let Ok(o) = origin
+        && o.status.success()
+    {
+        let url = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+        let path = PathBuf::from(url.strip_prefix("file://").unwrap_or(&url));
+        if path.is_dir() {
+            tried.push(path.join("../shared"));
+        }
+    }
+    match tried.iter().find(|d| d.is_dir()) {
+        Some(d) => Ok(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())),
+        None => Err(Error::Check {
+            what: String::from("the shared reference directory (../shared beside the checkout)"),
+            message: format!(
+                "none of {} exists",
+                tried.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        }),
+    }
+}
+
 /// Reads a file of this checkout (`rel` relative to [`repo_root`]).
 pub fn read_repo_file(rel: &str) -> Result<String> {
     std::fs::read_to_string(repo_root().join(rel)).map_err(Error::io(format!("reading {rel}")))
