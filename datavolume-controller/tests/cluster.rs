@@ -644,7 +644,12 @@ async fn upstream_examples_work_or_are_refused_clearly() -> Result<()> {
         assert_eq!(phase(&dv), Some(want), "{file}");
         target.delete().await?;
     }
-    let cfg = cluster.kubectl(["get", "cdiconfig", "config", "-o", "jsonpath={.status.uploadProxyURL}"])?;
+    // The controller copies the override into the status on its next configuration sync: every 20 s, and after a
+    // leader failover (the controller-restart test runs beside this one) up to a lease duration later. Wait for
+    // it; the assertion below reports what is there if it never comes.
+    let jsonpath = ["get", "cdiconfig", "config", "-o", "jsonpath={.status.uploadProxyURL}"];
+    let _ = cluster.kubectl_until(&jsonpath, "www.example.com", Duration::from_secs(90)).await;
+    let cfg = cluster.kubectl(jsonpath)?;
     assert_eq!(
         String::from_utf8_lossy(&cfg.stdout),
         "www.example.com",
