@@ -60,19 +60,28 @@ pub struct PodPaths {
     pub metrics_addr: std::net::SocketAddr,
 }
 
+/// `env[name]` as a path when set and non-empty, else `default`.
+fn path_var(env: &BTreeMap<String, String>, name: &str, default: &str) -> PathBuf {
+    PathBuf::from(env.get(name).filter(|v| !v.is_empty()).map_or(default, |v| v.as_str()))
+}
+
 impl PodPaths {
+    /// The termination message file alone (`IMPORTER_TERMINATION_LOG`, default `/dev/termination-log`): known
+    /// even when the rest of the environment is unusable, so that the failure can be reported there.
+    pub fn termination_log(env: &BTreeMap<String, String>) -> PathBuf {
+        path_var(env, "IMPORTER_TERMINATION_LOG", "/dev/termination-log")
+    }
+
     /// The paths, with the test overrides from `env`.
     pub fn from_env(env: &BTreeMap<String, String>) -> Result<PodPaths, EnvError> {
-        let path = |name: &str, default: &str| {
-            PathBuf::from(env.get(name).filter(|v| !v.is_empty()).map_or(default, |v| v.as_str()))
-        };
+        let path = |name: &str, default: &str| path_var(env, name, default);
         let addr =
             env.get("IMPORTER_METRICS_ADDR").map(|v| v.trim()).filter(|v| !v.is_empty()).unwrap_or("0.0.0.0:8443");
         Ok(PodPaths {
             data_dir: path("IMPORTER_DATA_DIR", contracts::cdi::consts::DATA_DIR),
             block_device: path("IMPORTER_BLOCK_DEVICE", contracts::cdi::consts::BLOCK_DEVICE),
             scratch_dir: path("IMPORTER_SCRATCH_DIR", contracts::cdi::consts::SCRATCH_DIR),
-            termination_log: path("IMPORTER_TERMINATION_LOG", "/dev/termination-log"),
+            termination_log: Self::termination_log(env),
             extra_headers_dir: path("IMPORTER_EXTRA_HEADERS_DIR", "/extraheaders"),
             metrics_addr: addr
                 .parse()
