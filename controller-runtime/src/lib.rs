@@ -1,4 +1,6 @@
-//! The runtime every controller binary of this project shares, so the next controller is written the same way:
+//! The runtime every binary of this project shares ([`binary`]: logging, signals, the runtime; [`tls`]: the TLS
+//! servers) and, with the default `kube` feature, what every controller shares, so the next controller is written
+//! the same way:
 //!
 //! ```text
 //! main.rs: binary::init_logging ─► metrics::Registry + health::serve (/metrics /healthz /readyz)
@@ -8,6 +10,8 @@
 //! ```
 //!
 //! * [`binary`] — logging, the multi-threaded runtime with `error: …` / exit 1, SIGTERM/SIGINT, pod identity;
+//! * [`tls`] — PEM loading, rustls configurations, self-signed certificates, the one TLS accept loop (workers,
+//!   proxies, webhooks);
 //! * [`api`] — not-found / conflict helpers for idempotent create and delete;
 //! * [`store`] — watch caches (reflector stores) and waiting for their first sync;
 //! * [`health`] — the `/metrics`, `/healthz`, `/readyz` endpoint;
@@ -18,11 +22,20 @@
 
 #![deny(missing_docs)]
 
-pub mod api;
 pub mod binary;
+pub mod tls;
+
+#[cfg(feature = "kube")]
+pub mod api;
+#[cfg(feature = "kube")]
 pub mod events;
+#[cfg(feature = "kube")]
 pub mod health;
+#[cfg(feature = "kube")]
 pub mod leader;
+#[cfg(feature = "kube")]
 pub mod metrics;
+#[cfg(feature = "kube")]
 pub mod policy;
+#[cfg(feature = "kube")]
 pub mod store;

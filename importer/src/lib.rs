@@ -18,7 +18,7 @@
 //!
 //! Entry points: [`pipeline::import`] and [`info::info`]. Around them: [`pod`] is CDI's importer pod (its
 //! environment, target volume and sizing, archives, termination message, progress metrics), [`serve`] the source
-//! side of a host-assisted clone and the one TLS server every worker endpoint uses. The binary in `main.rs`
+//! side of a host-assisted clone. The binary in `main.rs`
 //! only parses arguments.
 
 #![deny(missing_docs)]

@@ -274,7 +274,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 addr,
                 idle_exit: (idle_exit > 0).then(|| Duration::from_secs(idle_exit)),
             };
-            let exit = rt.block_on(async move { serve::serve(cfg, terminated()).await })?;
+            let exit =
+                rt.block_on(async move { serve::serve(cfg, controller_runtime::binary::shutdown_signal()).await })?;
             tracing::info!(?exit, "serve finished");
             // Readers of abandoned responses stop once their connection is gone; do not wait on them.
             rt.shutdown_timeout(Duration::from_secs(1));
@@ -303,26 +304,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-    }
-}
-
-/// Completes on SIGTERM or SIGINT (if a handler cannot be installed, only on the other signal).
-async fn terminated() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let wait = |kind: SignalKind| async move {
-        match signal(kind) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!("cannot handle signal {kind:?}: {e}");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = wait(SignalKind::terminate()) => tracing::info!("SIGTERM"),
-        () = wait(SignalKind::interrupt()) => tracing::info!("SIGINT"),
     }
 }
 

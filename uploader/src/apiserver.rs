@@ -55,7 +55,7 @@ pub enum Error {
     },
     /// TLS material could not be built.
     #[error("TLS setup failed")]
-    Tls(#[from] importer::serve::tls::Error),
+    Tls(#[from] controller_runtime::tls::Error),
     /// Key handling failed.
     #[error("signing key")]
     Key(#[from] token::Error),
@@ -464,12 +464,12 @@ pub async fn start<A: Authorizer>(
 ) -> Result<Running> {
     let key = token::encoding_key(private_key_pem.as_bytes())?;
     let names = ["cdi-api".to_owned(), format!("cdi-api.{namespace}"), format!("cdi-api.{namespace}.svc")];
-    let (chain, skey, _) = importer::serve::tls::self_signed(&names)?;
-    let cas = importer::serve::tls::roots(&importer::serve::tls::certs_from_pem(
+    let (chain, skey, _) = controller_runtime::tls::self_signed(&names)?;
+    let cas = controller_runtime::tls::roots(&controller_runtime::tls::certs_from_pem(
         auth.client_ca_pem.as_bytes(),
         "requestheader-client-ca-file",
     )?)?;
-    let tls = importer::serve::tls::server_config(chain, skey, Some(cas))?;
+    let tls = controller_runtime::tls::server_config(chain, skey, Some(cas))?;
     let listener = TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: listen, source })?;
     let app = Arc::new(App { auth, authorizer, key });

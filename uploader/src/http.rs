@@ -1,5 +1,5 @@
 //! HTTP plumbing shared by the servers: one body type, small response builders, and the TLS accept loop
-//! (importer's, [`importer::serve::tls`]) handing each request the connection's verified client-certificate
+//! (importer's, [`controller_runtime::tls`]) handing each request the connection's verified client-certificate
 //! common name.
 
 use std::convert::Infallible;
@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use controller_runtime::tls;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use importer::serve::tls;
 use tokio::net::TcpListener;
 
 /// Error type of response bodies.
@@ -70,7 +70,7 @@ pub fn html_escape(s: &str) -> String {
     out
 }
 
-/// Serves `handler` over TLS on `listener` (see [`importer::serve::tls::serve_tls`]), handing it the
+/// Serves `handler` over TLS on `listener` (see [`controller_runtime::tls::serve_tls`]), handing it the
 /// connection's [`ConnInfo`] with the verified client certificate's common name.
 pub async fn serve_tls<H, F, S>(
     listener: TcpListener,

@@ -11,7 +11,7 @@
 //!
 //! * [`token`]: the upload token (compact JWS, PS256) — pure signing and verification.
 //! * TLS (certificate loading, rustls configurations, the accept loop) is the importer's
-//!   `importer::serve::tls`, shared with the clone source and pod-mode metrics.
+//!   `controller_runtime::tls`, shared with the clone source and pod-mode metrics.
 //! * [`server`]: the upload server (routes, single-upload state machine, importer pipeline, progress metric,
 //!   termination message).
 //! * [`proxy`]: the upload proxy (routes, token checks, readiness, path rewrite, streaming reverse proxy).

@@ -63,7 +63,7 @@ pub enum Error {
     },
     /// TLS material could not be loaded.
     #[error("TLS setup failed")]
-    Tls(#[from] importer::serve::tls::Error),
+    Tls(#[from] controller_runtime::tls::Error),
     /// The token public key is unusable.
     #[error("unable to retrieve apiserver signing key")]
     Key(#[from] token::Error),
@@ -344,7 +344,7 @@ async fn forward<C: Cluster>(
     server_name: &str,
     path: &str,
 ) -> Result<Response<Body>, String> {
-    let name = importer::serve::tls::server_name(server_name).map_err(|e| e.to_string())?;
+    let name = controller_runtime::tls::server_name(server_name).map_err(|e| e.to_string())?;
     let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
     let _ = tcp.set_nodelay(true);
     let tls = tokio_rustls::TlsConnector::from(app.client_tls.clone())
@@ -500,18 +500,18 @@ impl Running {
 pub async fn start<C: Cluster>(cfg: Config, cluster: Arc<C>) -> Result<Running> {
     let key = token::decoding_key(cfg.public_key_pem.as_bytes())?;
     let client =
-        (importer::serve::tls::load_certs(&cfg.client_cert)?, importer::serve::tls::load_key(&cfg.client_key)?);
-    let server_ca = importer::serve::tls::roots(&importer::serve::tls::load_certs(&cfg.server_ca)?)?;
-    let client_tls = importer::serve::tls::client_config(server_ca, Some(client))?;
+        (controller_runtime::tls::load_certs(&cfg.client_cert)?, controller_runtime::tls::load_key(&cfg.client_key)?);
+    let server_ca = controller_runtime::tls::roots(&controller_runtime::tls::load_certs(&cfg.server_ca)?)?;
+    let client_tls = controller_runtime::tls::client_config(server_ca, Some(client))?;
     let (chain, skey, pem) = match &cfg.serving {
-        Some((c, k)) => (importer::serve::tls::load_certs(c)?, importer::serve::tls::load_key(k)?, None),
+        Some((c, k)) => (controller_runtime::tls::load_certs(c)?, controller_runtime::tls::load_key(k)?, None),
         None => {
             let names = ["cdi-uploadproxy", "cdi-uploadproxy.cdi", "cdi-uploadproxy.cdi.svc", "localhost"];
-            let (c, k, p) = importer::serve::tls::self_signed(&names.map(String::from))?;
+            let (c, k, p) = controller_runtime::tls::self_signed(&names.map(String::from))?;
             (c, k, Some(p))
         }
     };
-    let tls = importer::serve::tls::server_config(chain, skey, None)?;
+    let tls = controller_runtime::tls::server_config(chain, skey, None)?;
     let listener = TcpListener::bind(cfg.listen).await.map_err(|source| Error::Bind { addr: cfg.listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: cfg.listen, source })?;
     let app = Arc::new(App { cfg, cluster, key, client_tls });

@@ -38,7 +38,7 @@ use importer::{ErrorKind, ImportRequest, pipeline};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use importer::serve::tls;
+use controller_runtime::tls;
 
 use crate::http::{Body, ConnInfo, empty, text};
 

@@ -16,7 +16,7 @@ use hyper::{Request, Response};
 use tokio::net::TcpListener;
 
 use crate::progress::Progress;
-use crate::serve::tls;
+use controller_runtime::tls;
 
 /// The metric CDI's controller reads.
 pub const PROGRESS_METRIC: &str = "kubevirt_cdi_import_progress_total";

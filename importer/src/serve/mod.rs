@@ -12,8 +12,8 @@
 //!   device, else [`DEFAULT_FILE_PATH`]), `SERVE_TOKEN_FILE` (default [`DEFAULT_TOKEN_FILE`]; its trimmed contents
 //!   are the bearer token and must be non-empty, else exit 1), `SERVE_ADDR` (default `0.0.0.0:8443`),
 //!   `SERVE_IDLE_EXIT` seconds (default 600, `0` disables).
-//! * TLS with a self-signed certificate made at start ([`tls::self_signed_config`]), HTTP/1.1, served by the
-//!   shared accept loop [`tls::serve_tls`].
+//! * TLS with a self-signed certificate made at start (`controller_runtime::tls::self_signed_config`), HTTP/1.1,
+//!   served by the shared accept loop `controller_runtime::tls::serve_tls`.
 //! * `GET`/`HEAD` on `/disk.img` (or any path ending in `/disk.img`) need `Authorization: Bearer <token>`
 //!   (compared in constant time; `401` otherwise). `Content-Length` is the file size or the block device size,
 //!   `Accept-Ranges: bytes`; one `Range: bytes=a-b`, `bytes=a-` or `bytes=-n` gives `206` with `Content-Range`, an
@@ -43,7 +43,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-pub mod tls;
+use controller_runtime::tls;
 
 /// Default image path when the volume is a block device (CDI's block volume mount point).
 pub const DEFAULT_BLOCK_PATH: &str = "/dev/cdi-block-volume";

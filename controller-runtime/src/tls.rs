@@ -1,11 +1,11 @@
-//! The TLS servers of every worker and proxy (the clone source and pod-mode metrics here; the upload server,
-//! upload proxy and token API server in `uploader`): PEM loading, rustls configurations (aws-lc-rs), self-signed
-//! certificates made at start, the peer certificate's common name, and the one TLS accept loop
-//! ([`serve_tls`]: HTTP/1.1, graceful shutdown, Go-style connection close).
+//! The TLS servers of every binary (the importer's clone source and pod-mode metrics; the upload server, upload
+//! proxy and token API server; admission webhooks): PEM loading, rustls configurations (aws-lc-rs), self-signed
+//! certificates made at start, the peer certificate's common name, and the one TLS accept loop ([`serve_tls`]:
+//! HTTP/1.1, graceful shutdown, Go-style connection close).
 //!
-//! The importer's own endpoints use a fresh self-signed certificate ([`self_signed_acceptor`]): their peers
-//! either skip verification (CDI's metrics scraper, a clone target with `INSECURE_TLS`) or authenticate by other
-//! means (a bearer token), so the certificate only provides encryption.
+//! The importer's own endpoints use a fresh self-signed certificate ([`self_signed_config`]): their peers either
+//! skip verification (CDI's metrics scraper, a clone target with `INSECURE_TLS`) or authenticate by other means (a
+//! bearer token), so the certificate only provides encryption.
 
 use std::convert::Infallible;
 use std::future::Future;
