@@ -12,6 +12,8 @@
 //! * [`binary`] — logging, the multi-threaded runtime with `error: …` / exit 1, SIGTERM/SIGINT, pod identity;
 //! * [`tls`] — PEM loading, rustls configurations, self-signed certificates, the one TLS accept loop (workers,
 //!   proxies, webhooks);
+//! * [`limits`] — running a tool on hostile input under resource limits (the importer's and the launcher's
+//!   `qemu-img`), and what stopped a run;
 //! * [`api`] — not-found / conflict helpers for idempotent create and delete;
 //! * [`store`] — watch caches (reflector stores) and waiting for their first sync;
 //! * [`health`] — the `/metrics`, `/healthz`, `/readyz` endpoint;
@@ -23,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod binary;
+pub mod limits;
 pub mod tls;
 
 #[cfg(feature = "kube")]

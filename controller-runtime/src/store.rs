@@ -20,6 +20,23 @@ where
     reader
 }
 
+/// A watch of `api` (filtered by `config`) into a new store, as a stream for a controller's `owns_stream` /
+/// `watches_stream`: each object is in the store before the stream yields it, so a reconcile the event triggers
+/// reads it (two separate watches — a store and a controller's own trigger — race, and a reconcile can read the
+/// state from before the change that triggered it, then wait for a change that already happened). The caller
+/// must drive the stream (the controller does).
+pub fn reflect_stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff().touched_objects();
+    (reader, stream)
+}
+
 /// Waits until `store` has had its first complete list; `what` names it in the error.
 pub async fn wait_ready<K>(store: &Store<K>, what: &str) -> anyhow::Result<()>
 where

@@ -1,6 +1,7 @@
-//! KubeVirt's exact wire constants: API group and versions, label and annotation keys, finalizers. Upstream
-//! tooling (virtctl, UIs, the scheduler through node labels) compares them byte for byte, so the values are copied
-//! from the contract (`../shared/specs/kubevirt.md` §0, §1.2, §2.8, §5, §6, §7.1) and never computed.
+//! KubeVirt's exact wire constants: API group and versions, label and annotation keys, finalizers, condition
+//! reasons. Upstream tooling (virtctl, UIs, the scheduler through node labels) compares them byte for byte, so the
+//! values are copied from the contract (`../shared/specs/kubevirt.md` §0, §1.2, §2.5, §2.8, §3, §5, §6, §7.1) and
+//! never computed.
 
 /// API group of the core resources (VirtualMachine, VirtualMachineInstance, …).
 pub const GROUP: &str = "kubevirt.io";
@@ -56,6 +57,8 @@ pub mod label {
     pub const SCHEDULABLE: &str = "kubevirt.io/schedulable";
     /// Leftover PodDisruptionBudgets of older releases carry it (they are deleted).
     pub const MIGRATION_NAME: &str = "kubevirt.io/migrationName";
+    /// On objects the operator installs: the install strategy they belong to (reserved on VMIs).
+    pub const INSTALL_STRATEGY: &str = "kubevirt.io/install-strategy";
 }
 
 /// Annotation keys.
@@ -94,6 +97,8 @@ pub mod ann {
     pub const HEARTBEAT: &str = "kubevirt.io/heartbeat";
     /// On VMIs: hook sidecars to run in the launcher pod (gate Sidecar).
     pub const HOOK_SIDECARS: &str = "hooks.kubevirt.io/hookSidecars";
+    /// On VMIs: Ignition data for the guest (gate ExperimentalIgnitionSupport).
+    pub const IGNITION_DATA: &str = "kubevirt.io/ignitiondata";
 }
 
 /// Finalizers.
@@ -119,4 +124,107 @@ pub mod resource {
     pub const TUN: &str = "devices.kubevirt.io/tun";
     /// `/dev/vhost-net`.
     pub const VHOST_NET: &str = "devices.kubevirt.io/vhost-net";
+}
+
+/// Reasons on VMI conditions and `status.reason` (contract §2.5); the condition *types* are the
+/// `VirtualMachineInstanceConditionType` enum of `crds::kubevirt`.
+pub mod reason {
+    /// `Ready=False`: no launcher pod (or only a temporary one).
+    pub const POD_NOT_EXISTS: &str = "PodNotExists";
+    /// `Ready=False`: the launcher pod is terminating or down.
+    pub const POD_TERMINATING: &str = "PodTerminating";
+    /// `Ready=False`: the VMI is not Running.
+    pub const GUEST_NOT_RUNNING: &str = "GuestNotRunning";
+    /// `Ready=False`: the launcher pod reports no Ready condition.
+    pub const POD_CONDITION_MISSING: &str = "PodConditionMissing";
+    /// `Paused=True`: paused through the pause subresource.
+    pub const PAUSED_BY_USER: &str = "PausedByUser";
+    /// `Paused=True`: paused by the migration monitor (post-copy / auto-converge).
+    pub const PAUSED_BY_MIGRATION_MONITOR: &str = "PausedByMigrationMonitor";
+    /// `Paused=True`: paused after an I/O error.
+    pub const PAUSED_IO_ERROR: &str = "PausedIOError";
+    /// `Synchronized=False`: a PVC of the VMI does not exist.
+    pub const FAILED_PVC_NOT_FOUND: &str = "FailedPvcNotFound";
+    /// `Synchronized=False`: a containerDisk image cannot be pulled.
+    pub const ERR_IMAGE_PULL: &str = "ErrImagePull";
+    /// `Synchronized=False`: pulling a containerDisk image is backing off.
+    pub const IMAGE_PULL_BACK_OFF: &str = "ImagePullBackOff";
+    /// `PodScheduled=False` (copied from the launcher pod).
+    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    /// `status.reason` with phase Failed: the node stopped reporting.
+    pub const NODE_UNRESPONSIVE: &str = "NodeUnresponsive";
+    /// `DataVolumesReady=True`.
+    pub const ALL_DVS_READY: &str = "AllDVsReady";
+    /// `DataVolumesReady=False`.
+    pub const NOT_ALL_DVS_READY: &str = "NotAllDVsReady";
+    /// `VolumesChange`: the volume update was cancelled.
+    pub const VOLUMES_CHANGE_CANCELLATION: &str = "VolumesChangeCancellation";
+    /// `MigrationRequired`: a live update needs a migration.
+    pub const AUTO_MIGRATION_DUE_TO_LIVE_UPDATE: &str = "AutoMigrationDueToLiveUpdate";
+    /// `MigrationRequired`: the automatic migration is pending.
+    pub const AUTO_MIGRATION_PENDING: &str = "AutoMigrationPending";
+    /// `EvictionRequested=True`.
+    pub const EVICTION_REQUESTED: &str = "EvictionRequested";
+
+    /// `LiveMigratable=False` reasons (first failing check wins, contract §3).
+    pub mod not_migratable {
+        /// A disk is not shared (RWO PVC, hostDisk, …).
+        pub const DISKS: &str = "DisksNotLiveMigratable";
+        /// The pod-network interface's binding cannot migrate.
+        pub const INTERFACE: &str = "InterfaceNotLiveMigratable";
+        /// Hotplugged volumes (defined, not emitted today).
+        pub const HOTPLUG: &str = "HotplugNotLiveMigratable";
+        /// host-model CPU without node support (upstream's spelling, sic).
+        pub const CPU_MODE: &str = "CPUModeLiveMigratable";
+        /// virtiofs filesystems (defined, not emitted today).
+        pub const VIRTIOFS: &str = "VirtIOFSNotLiveMigratable";
+        /// PCI host devices or GPUs.
+        pub const HOST_DEVICE: &str = "HostDeviceNotLiveMigratable";
+        /// AMD SEV.
+        pub const SEV: &str = "SEVNotLiveMigratable";
+        /// IBM Secure Execution.
+        pub const SECURE_EXECUTION: &str = "SecureExecutionNotLiveMigratable";
+        /// Intel TDX.
+        pub const TDX: &str = "TDXNotLiveMigratable";
+        /// Hyper-V reenlightenment without a known TSC frequency.
+        pub const NO_TSC_FREQUENCY: &str = "NoTSCFrequencyNotLiveMigratable";
+        /// `features.hypervPassthrough`.
+        pub const HYPERV_PASSTHROUGH: &str = "HypervPassthroughNotLiveMigratable";
+        /// SCSI persistent reservation (the storage variant).
+        pub const PERSISTENT_RESERVATION: &str = "PersistentReservationNotLiveMigratable";
+        /// Decentralized migration is not possible (details in the message).
+        pub const DECENTRALIZED: &str = "DecentralizedNotLiveMigratable";
+        /// Generic (details in the message).
+        pub const NOT_MIGRATABLE: &str = "NotMigratable";
+    }
+}
+
+/// Value of `ann::PCI_TOPOLOGY_VERSION` the VMI mutator writes when the machine type supports PCIe hotplug.
+pub const PCI_TOPOLOGY_VERSION_V3: &str = "v3";
+/// Seconds between the ACPI shutdown request and destroying the guest when `terminationGracePeriodSeconds` is
+/// absent (upstream's `DefaultGracePeriodSeconds`; the mutator does not write it, the consumers apply it).
+pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
+
+/// The VMI admission webhooks (upstream's virt-api): names, HTTPS paths, webhook configuration and Service names
+/// (upstream `pkg/virt-operator/resource/generate/components/webhooks.go`). The names are what `kubectl` prints in
+/// `admission webhook "…" denied the request`.
+pub mod webhook {
+    /// Mutating webhook defaulting VMIs on CREATE (and reverting status edits on UPDATE).
+    pub const VMI_MUTATOR: &str = "virtualmachineinstances-mutator.kubevirt.io";
+    /// Validating webhook of VMI CREATE.
+    pub const VMI_CREATE_VALIDATOR: &str = "virtualmachineinstances-create-validator.kubevirt.io";
+    /// Validating webhook of VMI UPDATE.
+    pub const VMI_UPDATE_VALIDATOR: &str = "virtualmachineinstances-update-validator.kubevirt.io";
+    /// HTTPS path of [`VMI_MUTATOR`].
+    pub const VMI_MUTATE_PATH: &str = "/virtualmachineinstances-mutate";
+    /// HTTPS path of [`VMI_CREATE_VALIDATOR`].
+    pub const VMI_VALIDATE_CREATE_PATH: &str = "/virtualmachineinstances-validate-create";
+    /// HTTPS path of [`VMI_UPDATE_VALIDATOR`].
+    pub const VMI_VALIDATE_UPDATE_PATH: &str = "/virtualmachineinstances-validate-update";
+    /// Name of the MutatingWebhookConfiguration holding the mutators.
+    pub const MUTATING_CONFIGURATION: &str = "virt-api-mutator";
+    /// Name of the ValidatingWebhookConfiguration holding the validators.
+    pub const VALIDATING_CONFIGURATION: &str = "virt-api-validator";
+    /// The Service (in the install namespace) the webhooks are reached through.
+    pub const SERVICE: &str = "virt-api";
 }

@@ -2,3 +2,4 @@
 //! and virt-api ↔ node agent hand-overs join them with the VM half.
 
 pub mod consts;
+pub mod launcher;

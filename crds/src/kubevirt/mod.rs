@@ -1,9 +1,27 @@
-//! `kubevirt.io/v1` (also served as `v1alpha3`): KubeVirt's core API. The types (VirtualMachineInstance,
-//! VirtualMachine, …) arrive with the VM half; the group's exact wire constants are ready in [`consts`] and its
-//! CRDs are rendered by [`crd`] with the CDI ones.
+//! `kubevirt.io/v1` (also served as `v1alpha3`): KubeVirt's core API. So far the [`VirtualMachineInstance`]
+//! ([`vmi`], with its domain in [`domain`], volumes in [`volume`] and networks in [`network`]); its CRD is rendered
+//! by [`crd`] with the CDI ones. The cluster's configuration is the [`config::KubeVirt`] object. The group's exact wire constants are in [`consts`] (from `contracts`).
+//!
+//! Field names, enum values and JSON shapes are upstream's; fields this version does not model survive a round trip
+//! through the types and are not pruned by the API server ([`wire`] explains how).
 //!
 //! Contract: `../shared/specs/kubevirt.md`.
 
 /// KubeVirt's exact wire constants (kept in `contracts`).
 pub use contracts::kubevirt::consts;
+pub mod config;
 pub mod crd;
+pub mod domain;
+pub mod network;
+pub mod vmi;
+pub mod volume;
+pub mod wire;
+
+pub use domain::{Devices, Disk, DomainSpec, Interface};
+pub use network::Network;
+pub use vmi::{
+    ConditionStatus, VirtualMachineInstance, VirtualMachineInstanceCondition, VirtualMachineInstanceConditionType,
+    VirtualMachineInstancePhase, VirtualMachineInstanceSpec, VirtualMachineInstanceStatus,
+};
+pub use volume::Volume;
+pub use wire::{Extra, Marker};

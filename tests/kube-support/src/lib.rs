@@ -267,6 +267,11 @@ impl TestCluster {
         Ok(Self { kubeconfig })
     }
 
+    /// The cluster `kubeconfig` points at (already running; nothing is started).
+    pub fn from_kubeconfig(kubeconfig: impl Into<PathBuf>) -> Self {
+        Self { kubeconfig: kubeconfig.into() }
+    }
+
     /// The admin kubeconfig (user in `system:masters`).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig

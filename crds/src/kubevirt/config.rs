@@ -1,0 +1,154 @@
+//! `KubeVirt` (`kubevirt.io/v1`): the cluster's KubeVirt installation and its configuration (contract §0.1). The
+//! operator that reconciles it comes later; today the components read `spec.configuration` from it directly. Only
+//! the settings our components use are typed; everything else is preserved.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::wire::Extra;
+
+/// Desired state of the installation.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "kubevirt.io",
+    version = "v1",
+    kind = "KubeVirt",
+    plural = "kubevirts",
+    singular = "kubevirt",
+    namespaced,
+    shortname = "kv",
+    shortname = "kvs",
+    category = "all",
+    status = "KubeVirtStatus",
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    doc = "KubeVirt represents the object deploying all KubeVirt resources."
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct KubeVirtSpec {
+    /// The cluster-wide configuration of KubeVirt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<KubeVirtConfiguration>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// `spec.configuration`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct KubeVirtConfiguration {
+    /// Developer settings (software emulation, feature gates).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub developer_configuration: Option<DeveloperConfiguration>,
+    /// Network settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkConfiguration>,
+    /// Default CPU model of VMIs that name none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_model: Option<String>,
+    /// CPU request of launcher pods whose VMI requests none (default 100m).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_request: Option<Quantity>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// `spec.configuration.developerConfiguration`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct DeveloperConfiguration {
+    /// Run guests with software emulation (QEMU TCG, `<domain type='qemu'>`) instead of KVM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub use_emulation: Option<bool>,
+    /// Enabled feature gates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature_gates: Option<Vec<String>>,
+    /// Disabled feature gates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled_feature_gates: Option<Vec<String>>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// `spec.configuration.network`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct NetworkConfiguration {
+    /// Binding of the default pod-network interface: `bridge` (default) or `masquerade`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_network_interface: Option<String>,
+    /// Whether the bridge binding may be used on the pod network (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permit_bridge_interface_on_pod_network: Option<bool>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// Observed state of the installation.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct KubeVirtStatus {
+    /// `Deploying`, `Deployed`, `Deleting`, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+impl KubeVirt {
+    /// Whether the cluster runs guests with software emulation.
+    pub fn use_emulation(&self) -> bool {
+        self.spec
+            .configuration
+            .as_ref()
+            .and_then(|c| c.developer_configuration.as_ref())
+            .and_then(|d| d.use_emulation)
+            .unwrap_or(false)
+    }
+}
+
+/// The configuration in effect: upstream allows one `KubeVirt` per cluster; with several, the oldest counts.
+pub fn effective<'a>(all: impl IntoIterator<Item = &'a KubeVirt>) -> Option<&'a KubeVirt> {
+    all.into_iter().filter(|kv| kv.metadata.deletion_timestamp.is_none()).min_by(|a, b| {
+        a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp).then(a.metadata.name.cmp(&b.metadata.name))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn use_emulation_is_read_and_unknown_settings_survive() {
+        let kv: KubeVirt = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+            "spec": {"configuration": {"developerConfiguration": {"useEmulation": true},
+                     "network": {"defaultNetworkInterface": "masquerade"}, "migrations": {"parallelMigrationsPerCluster": 5}},
+                     "imagePullPolicy": "IfNotPresent"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(kv.use_emulation());
+        let back = serde_json::to_value(&kv).unwrap_or_default();
+        assert_eq!(back["spec"]["configuration"]["migrations"]["parallelMigrationsPerCluster"], 5);
+        assert_eq!(back["spec"]["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(effective([&kv]).map(|k| k.use_emulation()), Some(true));
+        assert!(!KubeVirt::new("x", KubeVirtSpec::default()).use_emulation());
+    }
+}

@@ -1,0 +1,462 @@
+//! The node agent's reconciler: the VMIs labelled with this node (`kubevirt.io/nodeName`), each driven through the
+//! libvirt of its launcher pod.
+//!
+//! ```text
+//! read (VMI; its active pod from the cache; the pod's socket directory on the node: ready / failed /
+//!       terminating; the domain's state from the pod's libvirt)
+//!   ─► plan::plan (pure)
+//!   ─► apply (define + start / ACPI shutdown / destroy; replace the VMI's status; the pod's readiness gate;
+//!       the launcher's done file)
+//! ```
+//!
+//! State lives only in the API and in libvirt: a restarted agent reads both and carries on (the only memory is
+//! whether an ACPI request was already sent; after a restart it is sent once more). Heartbeat, node labels and
+//! the removal of socket directories of vanished pods are in [`node`].
+
+pub mod node;
+pub mod plan;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use contracts::kubevirt::consts::{READINESS_GATE_UNPAUSED, label};
+use contracts::kubevirt::launcher::{Prepared, SocketDir, domain_name};
+use controller_runtime::api::{is_conflict, is_not_found};
+use controller_runtime::events::{Events, Severity};
+use controller_runtime::metrics::ReconcileMetrics;
+use controller_runtime::policy::{Classify, ErrorPolicy, Retry, retry_of};
+use crds::kubevirt::VirtualMachineInstance;
+use crds::kubevirt::config::{KubeVirt, effective};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+
+use crate::libvirt::{self, DomainState, ErrorKind, Libvirt};
+use plan::{DomainOp, DomainView, LauncherView, Observed};
+
+/// Name of this reconciler in metrics and logs.
+pub const CONTROLLER: &str = "node-agent";
+/// How many times one reconcile starts over after a conflicting VMI update.
+const CONFLICT_RETRIES: usize = 4;
+
+/// Errors of a reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// kube's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A libvirt call failed.
+    #[error(transparent)]
+    Libvirt(#[from] libvirt::Error),
+    /// A file of the launcher's socket directory could not be written.
+    #[error("{action}: {source}")]
+    Io {
+        /// What was being done.
+        action: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The VMI kept changing while it was being updated.
+    #[error("VMI {0} kept changing while it was being updated")]
+    Conflict(String),
+}
+
+impl Classify for Error {
+    fn retry(&self) -> Retry {
+        match self {
+            Error::Kube { source, .. } => retry_of(source),
+            Error::Libvirt(_) | Error::Io { .. } | Error::Conflict(_) => Retry::Transient,
+        }
+    }
+}
+
+fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+/// Read caches.
+#[derive(Clone)]
+pub struct Stores {
+    /// Launcher pods on this node.
+    pub pods: Store<Pod>,
+    /// The cluster's KubeVirt configuration objects.
+    pub kubevirts: Store<KubeVirt>,
+}
+
+/// Everything a reconcile needs.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// This node's name.
+    pub node: String,
+    /// Read caches.
+    pub stores: Stores,
+    /// Events on VMIs.
+    pub events: Events,
+    /// Reconcile metrics.
+    pub metrics: ReconcileMetrics,
+    /// Retry state.
+    pub policy: ErrorPolicy,
+    /// VMIs (by UID) whose guest was already asked to power off by ACPI.
+    pub acpi_sent: Mutex<HashMap<String, std::time::Instant>>,
+}
+
+/// Reconciles one VMI of this node.
+pub async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let r = ctx.metrics.measure(CONTROLLER, reconcile_with_retries(&vmi, &ctx)).await;
+    if r.is_ok() {
+        ctx.policy.on_success(vmi.as_ref());
+    }
+    r
+}
+
+/// The error policy: fatal errors wait for a change, transient ones back off.
+pub fn error_policy(vmi: Arc<VirtualMachineInstance>, err: &Error, ctx: Arc<Context>) -> Requeue {
+    ctx.policy.on_error(vmi.as_ref(), err)
+}
+
+async fn reconcile_with_retries(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<Requeue, Error> {
+    let ns = vmi.namespace().unwrap_or_default();
+    let name = vmi.name_any();
+    let api: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut current = vmi.clone();
+    for _ in 0..CONFLICT_RETRIES {
+        match reconcile_once(&current, ctx).await {
+            Err(Error::Kube { source, .. }) if is_conflict(&source) => match api.get(&name).await {
+                Ok(fresh) => current = fresh,
+                Err(e) if is_not_found(&e) => return Ok(Requeue::await_change()),
+                Err(e) => return Err(kube_err(format!("reading VMI {ns}/{name}"))(e)),
+            },
+            other => return other,
+        }
+    }
+    Err(Error::Conflict(format!("{ns}/{name}")))
+}
+
+/// The VMI's launcher pod on this node: the `activePods` entry for this node, from the cache.
+fn active_pod(ctx: &Context, vmi: &VirtualMachineInstance) -> Option<Arc<Pod>> {
+    let status = vmi.status.as_ref()?;
+    let uids: Vec<&String> =
+        status.active_pods.iter().flatten().filter(|(_, node)| **node == ctx.node).map(|(uid, _)| uid).collect();
+    ctx.stores.pods.state().into_iter().find(|p| p.metadata.uid.as_ref().is_some_and(|u| uids.contains(&u)))
+}
+
+fn launcher_view(dir: &SocketDir) -> LauncherView {
+    if let Ok(reason) = std::fs::read_to_string(dir.failed()) {
+        return LauncherView::Failed(reason.trim().to_owned());
+    }
+    match std::fs::read_to_string(dir.ready()) {
+        Ok(json) => match Prepared::from_json(&json) {
+            Ok(p) => LauncherView::Ready(p),
+            Err(e) => LauncherView::Failed(format!("unreadable ready file {}: {e}", dir.ready())),
+        },
+        Err(_) => LauncherView::Initializing,
+    }
+}
+
+/// The domain's state through the pod's libvirt (blocking; run on the blocking pool).
+fn inspect(uri: &str, name: &str) -> DomainView {
+    let conn = match Libvirt::connect(uri) {
+        Ok(c) => c,
+        Err(e) => return DomainView::Unreachable(e.to_string()),
+    };
+    let dom = match conn.lookup(name) {
+        Ok(Some(d)) => d,
+        Ok(None) => return DomainView::Absent,
+        Err(e) => return DomainView::Unreachable(e.to_string()),
+    };
+    match dom.state() {
+        Ok((state, reason)) => {
+            let machine = dom.xml().ok().and_then(|x| machine_of(&x));
+            DomainView::Present { state, reason, machine }
+        }
+        Err(e) if e.kind() == ErrorKind::NoDomain => DomainView::Absent,
+        Err(e) => DomainView::Unreachable(e.to_string()),
+    }
+}
+
+/// The `machine` attribute of the domain XML's `<os><type>`.
+fn machine_of(xml: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    let os = doc.root_element().children().find(|n| n.has_tag_name("os"))?;
+    let ty = os.children().find(|n| n.has_tag_name("type"))?;
+    ty.attribute("machine").map(str::to_owned)
+}
+
+/// Runs a domain operation (blocking; run on the blocking pool).
+fn operate(uri: &str, name: &str, op: &DomainOp) -> Result<(), libvirt::Error> {
+    let conn = Libvirt::connect(uri)?;
+    match op {
+        DomainOp::DefineAndStart(xml) => {
+            let dom = conn.define(xml)?;
+            dom.start()
+        }
+        DomainOp::Shutdown | DomainOp::Destroy => {
+            let Some(dom) = conn.lookup(name)? else { return Ok(()) };
+            let r = if *op == DomainOp::Shutdown { dom.shutdown() } else { dom.destroy() };
+            match r {
+                Err(e) if e.kind() == ErrorKind::InvalidState => Ok(()),
+                other => other,
+            }
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    // A panic in libvirt glue is a bug; surface it loudly rather than losing the reconcile.
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+/// Claims of the VMI that are not ReadWriteMany (for `LiveMigratable`), read live once the guest runs.
+async fn unshared_claims(ctx: &Context, vmi: &VirtualMachineInstance) -> Vec<String> {
+    let ns = vmi.namespace().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut out = Vec::new();
+    for v in vmi.spec.volumes.iter().flatten() {
+        let claim = v
+            .persistent_volume_claim
+            .as_ref()
+            .map(|c| c.claim_name.clone())
+            .or_else(|| v.data_volume.as_ref().map(|d| d.name.clone()));
+        let Some(claim) = claim else { continue };
+        let rwx = api.get_opt(&claim).await.ok().flatten().is_some_and(|p| {
+            p.spec.and_then(|s| s.access_modes).unwrap_or_default().iter().any(|m| m == "ReadWriteMany")
+        });
+        if !rwx {
+            out.push(claim);
+        }
+    }
+    out
+}
+
+async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<Requeue, Error> {
+    let ns = vmi.namespace().unwrap_or_default();
+    let name = vmi.name_any();
+    let uid = vmi.uid().unwrap_or_default();
+    // read
+    let pod = active_pod(ctx, vmi);
+    let (launcher, dir, terminating) = match &pod {
+        None => (LauncherView::NoPod, None, false),
+        Some(p) => {
+            let dir = SocketDir::on_node(&p.uid().unwrap_or_default());
+            (launcher_view(&dir), Some(dir.clone()), std::path::Path::new(&dir.terminating()).exists())
+        }
+    };
+    let domain_name = domain_name(&ns, &name);
+    let domain = match (&launcher, &dir) {
+        (LauncherView::Ready(_), Some(d)) => {
+            let (uri, n) = (d.libvirt_uri(), domain_name.clone());
+            blocking(move || inspect(&uri, &n)).await
+        }
+        _ => DomainView::Absent,
+    };
+    let pod_status = pod.as_ref().and_then(|p| p.status.clone()).unwrap_or_default();
+    let pod_ips: Vec<String> =
+        pod_status.pod_ips.iter().flatten().map(|i| i.ip.clone()).chain(pod_status.pod_ip.clone()).fold(
+            Vec::new(),
+            |mut v, ip| {
+                if !v.contains(&ip) {
+                    v.push(ip);
+                }
+                v
+            },
+        );
+    let pod_terminated = matches!(pod_status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    let running_now = matches!(domain, DomainView::Present { state: DomainState::Running, .. });
+    let unshared = if running_now && vmi.phase() != crds::kubevirt::VirtualMachineInstancePhase::Running {
+        unshared_claims(ctx, vmi).await
+    } else {
+        Vec::new()
+    };
+    let use_emulation =
+        effective(ctx.stores.kubevirts.state().iter().map(Arc::as_ref)).is_some_and(KubeVirt::use_emulation);
+    // Pressed again after a while: a guest still booting (its ACPI handler not yet running) misses the first.
+    let acpi_sent = ctx
+        .acpi_sent
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&uid)
+        .is_some_and(|at| at.elapsed() < plan::ACPI_RESEND);
+    let observed = Observed {
+        vmi,
+        pod_ips,
+        pod_terminated,
+        launcher,
+        terminating,
+        domain,
+        acpi_sent,
+        use_emulation,
+        unshared_claims: unshared,
+        now: Time(Timestamp::now()),
+    };
+    // plan
+    let plan = plan::plan(&observed);
+    // apply
+    if let (Some(op), Some(d)) = (&plan.domain, &dir) {
+        let (uri, n, op2) = (d.libvirt_uri(), domain_name.clone(), op.clone());
+        tracing::info!(vmi = %format!("{ns}/{name}"), op = op.name(), "domain operation");
+        if let Err(e) = blocking(move || operate(&uri, &n, &op2)).await {
+            ctx.events.publish(vmi, Severity::Warning, plan::event::SYNC_FAILED, &e.to_string()).await;
+            return Err(e.into());
+        }
+        if *op == DomainOp::Shutdown {
+            ctx.acpi_sent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(uid.clone(), std::time::Instant::now());
+        }
+    }
+    for (warning, reason, message) in &plan.events {
+        let severity = if *warning { Severity::Warning } else { Severity::Normal };
+        ctx.events.publish(vmi, severity, reason, message).await;
+    }
+    if let Some(status) = plan.status {
+        let mut next = vmi.clone();
+        next.status = Some(status);
+        let api: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &ns);
+        api.replace(&name, &PostParams::default(), &next)
+            .await
+            .map_err(kube_err(format!("updating VMI {ns}/{name}")))?;
+    }
+    if let (Some(unpaused), Some(p)) = (plan.unpaused, &pod) {
+        set_unpaused(ctx, p, unpaused).await?;
+    }
+    if plan.done
+        && let Some(d) = &dir
+        && !std::path::Path::new(&d.done()).exists()
+        && std::path::Path::new(d.path()).is_dir()
+    {
+        std::fs::write(d.done(), b"")
+            .map_err(|source| Error::Io { action: format!("writing {}", d.done()), source })?;
+        ctx.acpi_sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&uid);
+    }
+    Ok(plan.requeue.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+/// Sets the launcher pod's readiness gate condition, when it differs.
+async fn set_unpaused(ctx: &Context, pod: &Pod, unpaused: bool) -> Result<(), Error> {
+    let want = if unpaused { "True" } else { "False" };
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == READINESS_GATE_UNPAUSED))
+        .map(|c| c.status.as_str());
+    if current == Some(want) {
+        return Ok(());
+    }
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": READINESS_GATE_UNPAUSED, "status": want,
+        "lastTransitionTime": Time(Timestamp::now()), "lastProbeTime": null,
+    }]}});
+    match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await {
+        Err(e) if is_not_found(&e) => Ok(()),
+        r => r.map(drop).map_err(kube_err(format!("setting {READINESS_GATE_UNPAUSED} on pod {ns}/{}", pod.name_any()))),
+    }
+}
+
+/// The label selector of the VMIs on `node`.
+pub fn vmi_selector(node: &str) -> String {
+    format!("{}={node}", label::NODE_NAME)
+}
+
+/// Runs the node agent on `node` until `shutdown` resolves: the VMI reconciler, the heartbeat and the sweep.
+/// The node is marked unschedulable when the agent stops.
+pub async fn run(
+    client: Client,
+    node: String,
+    metrics: ReconcileMetrics,
+    instance: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    use controller_runtime::store::{reflect, wait_ready};
+    use futures::StreamExt;
+    use kube::runtime::controller::Controller;
+    use kube::runtime::reflector::ObjectRef;
+    use kube::runtime::watcher;
+
+    let pod_watch = || {
+        watcher::Config::default()
+            .labels(&format!("{}={}", label::KUBEVIRT, label::VIRT_LAUNCHER))
+            .fields(&format!("spec.nodeName={node}"))
+    };
+    let stores = Stores {
+        pods: reflect(Api::<Pod>::all(client.clone()), pod_watch()),
+        kubevirts: reflect(Api::<KubeVirt>::all(client.clone()), watcher::Config::default()),
+    };
+    wait_ready(&stores.pods, "launcher pods").await?;
+    wait_ready(&stores.kubevirts, "KubeVirt configurations").await?;
+    node::heartbeat(&client, &node, true).await?;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        node: node.clone(),
+        stores: stores.clone(),
+        events: Events::new(client.clone(), "virt-handler", instance),
+        metrics,
+        policy: ErrorPolicy::new(CONTROLLER),
+        acpi_sent: Mutex::new(HashMap::new()),
+    });
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let stop = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
+    let beat = {
+        let (client, node, pods, mut stopped) =
+            (client.clone(), node.clone(), stores.pods.clone(), stop_tx.subscribe());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(node::HEARTBEAT);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        if let Err(e) = node::heartbeat(&client, &node, true).await {
+                            tracing::warn!(error = %e, "heartbeat failed");
+                        }
+                        node::sweep(&pods);
+                    }
+                    _ = stopped.recv() => break,
+                }
+            }
+        })
+    };
+    let vmis = Controller::new(
+        Api::<VirtualMachineInstance>::all(client.clone()),
+        watcher::Config::default().labels(&vmi_selector(&node)),
+    )
+    .watches(Api::<Pod>::all(client.clone()), pod_watch(), |pod: Pod| {
+        let owner =
+            pod.owner_references().iter().find(|o| o.kind == "VirtualMachineInstance" && o.controller == Some(true))?;
+        Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
+    })
+    .graceful_shutdown_on(stop(&stop_tx))
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()));
+    tracing::info!(%node, "node agent running");
+    let stopper = async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(());
+    };
+    tokio::join!(vmis, stopper);
+    let _ = beat.await;
+    if let Err(e) = node::heartbeat(&client, &node, false).await {
+        tracing::warn!(error = %e, "marking the node unschedulable failed");
+    }
+    Ok(())
+}

@@ -1,0 +1,25 @@
+//! The node agent (upstream's virt-handler role; contract `../shared/specs/kubevirt.md` §7): it drives the
+//! libvirt domain of each VMI on its node, inside that VMI's virt-launcher pod, and reports the VMI's phase from
+//! libvirt's real domain state. The only crate that links libvirt.
+//!
+//! ```text
+//! VMI (defaulted) + ConvertContext ──domain_xml::to_domain_xml──► domain XML
+//!                                                                    │ libvirt::Libvirt::connect(SocketDir::on_node(pod).libvirt_uri())
+//!                                                                    ▼ define ─► start ─► (poll) state ─► shutdown / destroy ─► undefine
+//! (DomainState, StateReason) + phase::Acpi ──phase::phase_for──► VMI phase
+//! ```
+//!
+//! * [`domain_xml`] (pure): VMI → libvirt domain XML, what is mapped and what is refused.
+//! * [`libvirt`]: a thin blocking client of one libvirt daemon (no events: state is polled; no `unsafe`).
+//! * [`phase`] (pure): libvirt state and reason → VMI phase.
+//!
+//! The paths the XML points at are the launcher pod contract's (`contracts::kubevirt::launcher`); the launcher
+//! prepares the files there.
+
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod domain_xml;
+pub mod libvirt;
+pub mod phase;
+mod xml;

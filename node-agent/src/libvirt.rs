@@ -1,0 +1,548 @@
+//! A thin, blocking client of one libvirt daemon (a launcher pod's, at `launcher::SocketDir::on_node(pod_uid).libvirt_uri()`) over the
+//! `virt` crate: connect, define, look up, start, read the state, ACPI shutdown, destroy, undefine. No libvirt
+//! type leaks out: states and reasons are this module's enums ([`DomainState`], [`StateReason`]), errors are
+//! [`Error`] with a [`ErrorKind`] to branch on.
+//!
+//! ```text
+//! Libvirt::connect(uri) ─► define(xml) ─► Domain ─► start ─► state() ─► shutdown (ACPI) / destroy ─► undefine
+//!                      └─► lookup(name) ─► Option<Domain>
+//! ```
+//!
+//! **Blocking.** Every call is a libvirt RPC that blocks the calling thread (up to libvirt's keepalive timeout
+//! when the daemon hangs); from async code call it inside `tokio::task::spawn_blocking`. [`Libvirt`] and
+//! [`Domain`] are `Send + Sync`.
+//!
+//! **No events, no panics, no `unsafe`.** State changes are observed by polling [`Domain::state`] (the `virt`
+//! crate has no safe event API). `virt`'s `Connect` and `Domain` panic in `Drop` only when libvirt rejects the
+//! object as invalid (`virConnectClose`/`virDomainFree` fail on nothing else, also not when the daemon is gone:
+//! `tests/libvirt.rs` drops both after killing libvirtd); the objects here come only from successful opens and
+//! lookups and are never cloned, so those paths are unreachable. URIs, names and XML with NUL bytes are refused
+//! before they reach `virt` (which would panic on a URI). libvirt's default error printer (stderr) is switched
+//! off once per process ([`virt::error::clear_error_callback`]); errors are returned instead.
+
+use std::ffi::CString;
+use std::fmt;
+use std::sync::Once;
+
+use virt::connect::Connect;
+use virt::domain::{
+    DomainCrashedReason, DomainPausedReason, DomainRunningReason, DomainShutdownReason, DomainShutoffReason,
+    DomainState as VirtState, DomainStateReason as VirtReason,
+};
+use virt::enumutil::Enum;
+use virt::error::{Error as VirtError, ErrorNumber};
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The operation that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `virConnectOpen`.
+    Connect,
+    /// `virDomainDefineXMLFlags(VALIDATE)`.
+    Define,
+    /// `virDomainLookupByName`.
+    Lookup,
+    /// `virConnectListAllDomains`.
+    List,
+    /// `virDomainCreate`.
+    Start,
+    /// `virDomainGetState`.
+    State,
+    /// `virDomainShutdownFlags(ACPI_POWER_BTN)`.
+    Shutdown,
+    /// `virDomainDestroy`.
+    Destroy,
+    /// `virDomainUndefine`.
+    Undefine,
+    /// `virDomainGetXMLDesc`.
+    XmlDesc,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Connect => "connecting to",
+            Operation::Define => "defining a domain on",
+            Operation::Lookup => "looking up a domain on",
+            Operation::List => "listing the domains of",
+            Operation::Start => "starting",
+            Operation::State => "reading the state of",
+            Operation::Shutdown => "shutting down (ACPI)",
+            Operation::Destroy => "destroying",
+            Operation::Undefine => "undefining",
+            Operation::XmlDesc => "reading the XML of",
+        })
+    }
+}
+
+/// What kind of failure, for callers to branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The domain does not exist (`VIR_ERR_NO_DOMAIN`).
+    NoDomain,
+    /// Not possible in the domain's state, e.g. destroying a domain that is not running
+    /// (`VIR_ERR_OPERATION_INVALID`).
+    InvalidState,
+    /// The daemon cannot be reached or the connection broke (`VIR_ERR_NO_CONNECT`, `VIR_ERR_SYSTEM_ERROR`,
+    /// `VIR_ERR_RPC`, `VIR_ERR_INVALID_CONN`): the launcher is gone or not ready.
+    Unavailable,
+    /// libvirt refused the domain XML or its devices (`VIR_ERR_XML_*`, `VIR_ERR_CONFIG_UNSUPPORTED`, …) or an
+    /// argument (a NUL byte in a name, the URI or the XML).
+    Rejected,
+    /// Anything else.
+    Other,
+}
+
+/// A libvirt call that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{operation} {target}")]
+pub struct Error {
+    /// What was tried.
+    pub operation: Operation,
+    /// On what: the URI, or the domain's name.
+    pub target: String,
+    /// libvirt's error.
+    #[source]
+    pub source: VirtError,
+}
+
+impl Error {
+    fn new(operation: Operation, target: &str, source: VirtError) -> Error {
+        Error { operation, target: target.to_owned(), source }
+    }
+
+    /// The kind of failure, from libvirt's error code.
+    pub fn kind(&self) -> ErrorKind {
+        match self.source.code() {
+            Enum::Known(ErrorNumber::NoDomain) => ErrorKind::NoDomain,
+            Enum::Known(ErrorNumber::OperationInvalid) => ErrorKind::InvalidState,
+            Enum::Known(
+                ErrorNumber::NoConnect | ErrorNumber::SystemError | ErrorNumber::Rpc | ErrorNumber::InvalidConn,
+            ) => ErrorKind::Unavailable,
+            Enum::Known(
+                ErrorNumber::XmlError
+                | ErrorNumber::XmlDetail
+                | ErrorNumber::XmlInvalidSchema
+                | ErrorNumber::ConfigUnsupported
+                | ErrorNumber::InvalidArg
+                | ErrorNumber::OperationUnsupported
+                | ErrorNumber::NoSupport
+                | ErrorNumber::CpuIncompatible,
+            ) => ErrorKind::Rejected,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+/// `s` as a C string, or the error `virt` gives for a NUL byte (`VIR_ERR_INVALID_ARG`).
+fn no_nul(operation: Operation, target: &str, s: &str) -> Result<()> {
+    CString::new(s).map(drop).map_err(|e| Error::new(operation, target, VirtError::from(e)))
+}
+
+/// A domain's state (libvirt's `virDomainState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DomainState {
+    /// No state.
+    NoState,
+    /// Running.
+    Running,
+    /// Blocked on a resource.
+    Blocked,
+    /// Paused (by the user, a migration, an I/O error, …).
+    Paused,
+    /// Being shut down.
+    ShuttingDown,
+    /// Shut off (also: defined, never started).
+    Shutoff,
+    /// Crashed.
+    Crashed,
+    /// Suspended by guest power management.
+    PmSuspended,
+    /// A state a newer libvirt defines.
+    Unrecognised(u32),
+}
+
+/// Why a domain is in its state: the union of libvirt's per-state reasons (`virDomainRunningReason`,
+/// `virDomainPausedReason`, `virDomainShutoffReason`, …), the same word for the same cause in every state
+/// (upstream's `StateChangeReason`); the pair with [`DomainState`] is unambiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateReason {
+    /// No reason given (`*_UNKNOWN`).
+    Unknown,
+    /// Running: normal startup.
+    Booted,
+    /// Running: migrated in; Shutoff: migrated away.
+    Migrated,
+    /// Running: restored from a state file.
+    Restored,
+    /// Running, Paused, Shutoff: restored from a snapshot.
+    FromSnapshot,
+    /// Running: resumed.
+    Unpaused,
+    /// Running: a migration was cancelled.
+    MigrationCanceled,
+    /// Running: a save was cancelled.
+    SaveCanceled,
+    /// Running: woken up from suspend.
+    Wakeup,
+    /// Running (resumed after a crash), Paused, Shutoff: the guest crashed.
+    Crashed,
+    /// Running, Paused: post-copy migration.
+    PostCopy,
+    /// Running, Paused: post-copy migration failed.
+    PostCopyFailed,
+    /// Paused, ShuttingDown: by the user.
+    User,
+    /// Paused: for an offline migration.
+    Migration,
+    /// Paused: being saved.
+    Save,
+    /// Paused: being dumped.
+    Dump,
+    /// Paused: an I/O error.
+    IoError,
+    /// Paused: the watchdog fired.
+    Watchdog,
+    /// Paused: shutting down.
+    ShuttingDown,
+    /// Paused: taking a snapshot.
+    Snapshot,
+    /// Paused: starting up.
+    StartingUp,
+    /// Paused: an API error.
+    ApiError,
+    /// Shutoff: the guest shut down.
+    Shutdown,
+    /// Shutoff: destroyed.
+    Destroyed,
+    /// Shutoff: saved to a file.
+    Saved,
+    /// Shutoff: failed to start (or the domain failed).
+    Failed,
+    /// Shutoff: the daemon stopped it.
+    Daemon,
+    /// Crashed: the guest panicked.
+    Panicked,
+    /// A reason a newer libvirt defines.
+    Unrecognised(i64),
+}
+
+/// libvirt's state and reason as this module's enums (pure).
+pub fn state_of(state: Enum<VirtState, u32>, reason: Enum<VirtReason, i32>) -> (DomainState, StateReason) {
+    let state = match state {
+        Enum::Known(VirtState::NoState) => DomainState::NoState,
+        Enum::Known(VirtState::Running) => DomainState::Running,
+        Enum::Known(VirtState::Blocked) => DomainState::Blocked,
+        Enum::Known(VirtState::Paused) => DomainState::Paused,
+        Enum::Known(VirtState::Shutdown) => DomainState::ShuttingDown,
+        Enum::Known(VirtState::Shutoff) => DomainState::Shutoff,
+        Enum::Known(VirtState::Crashed) => DomainState::Crashed,
+        Enum::Known(VirtState::PMSuspended) => DomainState::PmSuspended,
+        Enum::Unknown(raw) => DomainState::Unrecognised(raw),
+    };
+    fn known<E, I: Into<i64>>(e: Enum<E, I>, f: impl FnOnce(E) -> StateReason) -> StateReason {
+        match e {
+            Enum::Known(k) => f(k),
+            Enum::Unknown(raw) => StateReason::Unrecognised(raw.into()),
+        }
+    }
+    use StateReason as R;
+    let reason = match reason {
+        Enum::Unknown(raw) => R::Unrecognised(raw.into()),
+        Enum::Known(VirtReason::NoState(r)) => known(r, |_| R::Unknown),
+        Enum::Known(VirtReason::Blocked(r)) => known(r, |_| R::Unknown),
+        Enum::Known(VirtReason::PMSuspended(r)) => known(r, |_| R::Unknown),
+        Enum::Known(VirtReason::Running(r)) => known(r, |r| match r {
+            DomainRunningReason::Unknown => R::Unknown,
+            DomainRunningReason::Booted => R::Booted,
+            DomainRunningReason::Migrated => R::Migrated,
+            DomainRunningReason::Restored => R::Restored,
+            DomainRunningReason::FromSnapshot => R::FromSnapshot,
+            DomainRunningReason::Unpaused => R::Unpaused,
+            DomainRunningReason::MigrationCancelled => R::MigrationCanceled,
+            DomainRunningReason::SaveCancelled => R::SaveCanceled,
+            DomainRunningReason::Wakeup => R::Wakeup,
+            DomainRunningReason::Crashed => R::Crashed,
+            DomainRunningReason::PostCopy => R::PostCopy,
+            DomainRunningReason::PostCopyFailed => R::PostCopyFailed,
+        }),
+        Enum::Known(VirtReason::Paused(r)) => known(r, |r| match r {
+            DomainPausedReason::Unknown => R::Unknown,
+            DomainPausedReason::User => R::User,
+            DomainPausedReason::Migration => R::Migration,
+            DomainPausedReason::Save => R::Save,
+            DomainPausedReason::Dump => R::Dump,
+            DomainPausedReason::IOError => R::IoError,
+            DomainPausedReason::Watchdog => R::Watchdog,
+            DomainPausedReason::FromSnapshot => R::FromSnapshot,
+            DomainPausedReason::ShuttingDown => R::ShuttingDown,
+            DomainPausedReason::Snapshot => R::Snapshot,
+            DomainPausedReason::Crashed => R::Crashed,
+            DomainPausedReason::StartingUp => R::StartingUp,
+            DomainPausedReason::PostCopy => R::PostCopy,
+            DomainPausedReason::PostCopyFailed => R::PostCopyFailed,
+            DomainPausedReason::APIError => R::ApiError,
+        }),
+        Enum::Known(VirtReason::Shutdown(r)) => known(r, |r| match r {
+            DomainShutdownReason::Unknown => R::Unknown,
+            DomainShutdownReason::User => R::User,
+        }),
+        Enum::Known(VirtReason::Shutoff(r)) => known(r, |r| match r {
+            DomainShutoffReason::Unknown => R::Unknown,
+            DomainShutoffReason::Shutdown => R::Shutdown,
+            DomainShutoffReason::Destroyed => R::Destroyed,
+            DomainShutoffReason::Crashed => R::Crashed,
+            DomainShutoffReason::Migrated => R::Migrated,
+            DomainShutoffReason::Saved => R::Saved,
+            DomainShutoffReason::Failed => R::Failed,
+            DomainShutoffReason::FromSnapshot => R::FromSnapshot,
+            DomainShutoffReason::Daemon => R::Daemon,
+        }),
+        Enum::Known(VirtReason::Crashed(r)) => known(r, |r| match r {
+            DomainCrashedReason::Unknown => R::Unknown,
+            DomainCrashedReason::Panicked => R::Panicked,
+        }),
+    };
+    (state, reason)
+}
+
+static CLEAR_ERROR_CALLBACK: Once = Once::new();
+
+/// A connection to one libvirt daemon.
+#[derive(Debug)]
+pub struct Libvirt {
+    conn: Connect,
+    uri: String,
+}
+
+impl Libvirt {
+    /// Opens a read-write connection to `uri` (e.g. `launcher::SocketDir::on_node(pod_uid).libvirt_uri()`).
+    pub fn connect(uri: &str) -> Result<Libvirt> {
+        CLEAR_ERROR_CALLBACK.call_once(virt::error::clear_error_callback);
+        no_nul(Operation::Connect, uri, uri)?;
+        let conn = Connect::open(Some(uri)).map_err(|e| Error::new(Operation::Connect, uri, e))?;
+        Ok(Libvirt { conn, uri: uri.to_owned() })
+    }
+
+    /// The URI this connection was opened with.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Defines (or redefines, when a domain of that name exists and is not running) a persistent domain. The XML
+    /// is validated against libvirt's schema first ([`ErrorKind::Rejected`] with the schema's complaint).
+    pub fn define(&self, xml: &str) -> Result<Domain> {
+        no_nul(Operation::Define, &self.uri, xml)?;
+        let dom = self
+            .conn
+            .define_domain_xml_flags(xml, virt_sys::VIR_DOMAIN_DEFINE_VALIDATE)
+            .map_err(|e| Error::new(Operation::Define, &self.uri, e))?;
+        let name = dom.name().map_err(|e| Error::new(Operation::Define, &self.uri, e))?;
+        Ok(Domain { dom, name })
+    }
+
+    /// The domain named `name`, `None` when there is none.
+    pub fn lookup(&self, name: &str) -> Result<Option<Domain>> {
+        no_nul(Operation::Lookup, name, name)?;
+        match self.conn.lookup_domain_by_name(name) {
+            Ok(dom) => Ok(Some(Domain { dom, name: name.to_owned() })),
+            Err(e) => {
+                let err = Error::new(Operation::Lookup, name, e);
+                if err.kind() == ErrorKind::NoDomain { Ok(None) } else { Err(err) }
+            }
+        }
+    }
+
+    /// The names of every domain, running or only defined.
+    pub fn domain_names(&self) -> Result<Vec<String>> {
+        let doms = self.conn.list_all_domains(0).map_err(|e| Error::new(Operation::List, &self.uri, e))?;
+        doms.iter().map(|d| d.name().map_err(|e| Error::new(Operation::List, &self.uri, e))).collect()
+    }
+}
+
+/// A domain of a [`Libvirt`] daemon (a handle; it stays usable after the domain stops).
+#[derive(Debug)]
+pub struct Domain {
+    dom: virt::domain::Domain,
+    name: String,
+}
+
+impl Domain {
+    /// The domain's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn err(&self, operation: Operation) -> impl FnOnce(VirtError) -> Error + '_ {
+        move |e| Error::new(operation, &self.name, e)
+    }
+
+    /// Starts the defined domain (returns once QEMU runs the guest).
+    pub fn start(&self) -> Result<()> {
+        self.dom.create().map_err(self.err(Operation::Start))
+    }
+
+    /// The domain's state and why.
+    pub fn state(&self) -> Result<(DomainState, StateReason)> {
+        let (state, reason) = self.dom.state().map_err(self.err(Operation::State))?;
+        // virt 0.5.0 ignores virDomainGetState's failure and reports the untouched -1 as an unknown state.
+        if state == Enum::Unknown(u32::MAX) {
+            return Err(Error::new(Operation::State, &self.name, VirtError::last_error()));
+        }
+        Ok(state_of(state, reason))
+    }
+
+    /// Asks the guest to power off through the ACPI power button (returns at once; poll [`Domain::state`]).
+    pub fn shutdown(&self) -> Result<()> {
+        self.dom.shutdown_flags(virt_sys::VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN).map_err(self.err(Operation::Shutdown))
+    }
+
+    /// Stops the domain at once (pulls the plug). [`ErrorKind::InvalidState`] when it is not running.
+    pub fn destroy(&self) -> Result<()> {
+        self.dom.destroy().map_err(self.err(Operation::Destroy))
+    }
+
+    /// Removes the domain's definition (a running domain becomes transient and goes away when it stops).
+    pub fn undefine(&self) -> Result<()> {
+        self.dom.undefine().map_err(self.err(Operation::Undefine))
+    }
+
+    /// The domain's current XML as libvirt has it (with the defaults and addresses it filled in).
+    pub fn xml(&self) -> Result<String> {
+        self.dom.xml_desc(0).map_err(self.err(Operation::XmlDesc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use virt::domain::{DomainBlockedReason, DomainNoStateReason};
+
+    use super::*;
+
+    #[test]
+    fn libvirt_states_and_reasons_become_ours() {
+        type Raw = (Enum<VirtState, u32>, Enum<VirtReason, i32>);
+        let table: Vec<(Raw, (DomainState, StateReason))> = vec![
+            (
+                (
+                    Enum::Known(VirtState::Running),
+                    Enum::Known(VirtReason::Running(Enum::Known(DomainRunningReason::Booted))),
+                ),
+                (DomainState::Running, StateReason::Booted),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Running),
+                    Enum::Known(VirtReason::Running(Enum::Known(DomainRunningReason::MigrationCancelled))),
+                ),
+                (DomainState::Running, StateReason::MigrationCanceled),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Paused),
+                    Enum::Known(VirtReason::Paused(Enum::Known(DomainPausedReason::IOError))),
+                ),
+                (DomainState::Paused, StateReason::IoError),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Paused),
+                    Enum::Known(VirtReason::Paused(Enum::Known(DomainPausedReason::PostCopyFailed))),
+                ),
+                (DomainState::Paused, StateReason::PostCopyFailed),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Shutdown),
+                    Enum::Known(VirtReason::Shutdown(Enum::Known(DomainShutdownReason::User))),
+                ),
+                (DomainState::ShuttingDown, StateReason::User),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Shutoff),
+                    Enum::Known(VirtReason::Shutoff(Enum::Known(DomainShutoffReason::Shutdown))),
+                ),
+                (DomainState::Shutoff, StateReason::Shutdown),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Shutoff),
+                    Enum::Known(VirtReason::Shutoff(Enum::Known(DomainShutoffReason::Destroyed))),
+                ),
+                (DomainState::Shutoff, StateReason::Destroyed),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Shutoff),
+                    Enum::Known(VirtReason::Shutoff(Enum::Known(DomainShutoffReason::Migrated))),
+                ),
+                (DomainState::Shutoff, StateReason::Migrated),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Crashed),
+                    Enum::Known(VirtReason::Crashed(Enum::Known(DomainCrashedReason::Panicked))),
+                ),
+                (DomainState::Crashed, StateReason::Panicked),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::Blocked),
+                    Enum::Known(VirtReason::Blocked(Enum::Known(DomainBlockedReason::Unknown))),
+                ),
+                (DomainState::Blocked, StateReason::Unknown),
+            ),
+            (
+                (
+                    Enum::Known(VirtState::NoState),
+                    Enum::Known(VirtReason::NoState(Enum::Known(DomainNoStateReason::Unknown))),
+                ),
+                (DomainState::NoState, StateReason::Unknown),
+            ),
+            (
+                (Enum::Known(VirtState::Shutoff), Enum::Known(VirtReason::Shutoff(Enum::Unknown(99)))),
+                (DomainState::Shutoff, StateReason::Unrecognised(99)),
+            ),
+            ((Enum::Unknown(12), Enum::Unknown(3)), (DomainState::Unrecognised(12), StateReason::Unrecognised(3))),
+        ];
+        for ((state, reason), want) in table {
+            assert_eq!(state_of(state, reason), want, "{state:?} {reason:?}");
+        }
+    }
+
+    #[test]
+    fn a_nul_byte_is_refused_before_it_reaches_virt() {
+        let err = Libvirt::connect("qemu:///system\0").err().unwrap_or_else(|| panic!("connected"));
+        assert_eq!((err.operation, err.kind()), (Operation::Connect, ErrorKind::Rejected));
+        assert!(err.to_string().starts_with("connecting to qemu:///system"), "{err}");
+    }
+
+    #[test]
+    fn the_test_driver_defines_starts_stops_and_undefines() {
+        // libvirt's built-in test driver (no daemon): the client's calls and error kinds, not QEMU.
+        let lv = Libvirt::connect("test:///default").unwrap_or_else(|e| panic!("{e}"));
+        assert!(lv.lookup("nothere").unwrap_or_else(|e| panic!("{e}")).is_none());
+        let xml = "<domain type='test'><name>t1</name><memory unit='MiB'>64</memory>\
+                   <os><type>hvm</type></os></domain>";
+        let dom = lv.define(xml).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dom.name(), "t1");
+        let state = dom.state().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(state.0, DomainState::Shutoff);
+        dom.start().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dom.state().unwrap_or_else(|e| panic!("{e}")), (DomainState::Running, StateReason::Booted));
+        dom.destroy().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dom.state().unwrap_or_else(|e| panic!("{e}")), (DomainState::Shutoff, StateReason::Destroyed));
+        let again = dom.destroy().err().unwrap_or_else(|| panic!("destroyed twice"));
+        assert_eq!(again.kind(), ErrorKind::InvalidState, "{again}: {}", again.source);
+        dom.undefine().unwrap_or_else(|e| panic!("{e}"));
+        let gone = dom.state().err().unwrap_or_else(|| panic!("state of an undefined domain"));
+        assert_eq!((gone.operation, gone.kind()), (Operation::State, ErrorKind::NoDomain), "{}", gone.source);
+        assert!(lv.lookup("t1").unwrap_or_else(|e| panic!("{e}")).is_none());
+        let bad = lv.define("<domain type='test'><name>x</name>").err().unwrap_or_else(|| panic!("bad XML defined"));
+        assert_eq!(bad.kind(), ErrorKind::Rejected, "{}", bad.source);
+    }
+}

@@ -1,0 +1,25 @@
+#!/bin/sh
+# GET / on the guest's port 80 (busybox httpd runs /cgi-bin/index.cgi for a directory without index.html).
+# GET /?ping=A.B.C.D also pings that address from the guest (one echo request, 2 s): tests egress through the
+# pod's NAT.
+echo "Content-Type: text/plain"
+echo ""
+echo "KUBEVIRT-RS-GUEST-UP"
+echo "hostname=$(hostname)"
+echo "uptime=$(cut -d' ' -f1 /proc/uptime)"
+echo "kernel=$(uname -r)"
+echo "addresses=$(ip -4 -o addr show scope global | awk '{ printf "%s%s", sep, $4; sep = "," }')"
+# busybox httpd listens on a dual-stack socket: IPv4 clients show up as [::ffff:A.B.C.D].
+client=${REMOTE_ADDR:-}
+client=${client#[}
+client=${client%]}
+echo "client=${client#::ffff:}"
+case "${QUERY_STRING:-}" in
+  ping=*)
+    target=${QUERY_STRING#ping=}
+    case "$target" in
+      '' | *[!0-9.]*) echo "ping=invalid" ;;
+      *) if ping -c 1 -W 2 "$target" >/dev/null 2>&1; then echo "ping=ok $target"; else echo "ping=failed $target"; fi ;;
+    esac
+    ;;
+esac

@@ -1,0 +1,134 @@
+//! The webhooks' certificates, for whoever installs virt-api (`tests/cluster/install-stack`, the cluster tests):
+//! a CA (its PEM is the webhook configurations' `caBundle`) and a serving certificate it signs (the Secret the
+//! Deployment mounts), plus filling the `caBundle` placeholder of `deploy/virt-api.yaml`.
+//!
+//! Upstream's operator keeps rotating certificates in Secrets; here the installer generates them once.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use contracts::kubevirt::consts::webhook;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+/// The placeholder of `caBundle` in `deploy/virt-api.yaml` ([`with_ca_bundle`] replaces it).
+pub const CA_BUNDLE_PLACEHOLDER: &str = "${VIRT_API_CA_BUNDLE}";
+/// The Secret (`kubernetes.io/tls`) the Deployment mounts: `tls.crt`, `tls.key` (and `ca.crt`).
+pub const TLS_SECRET: &str = "virt-api-certs";
+
+/// Generating a certificate failed.
+#[derive(Debug, thiserror::Error)]
+#[error("generating the {what} certificate")]
+pub struct Error {
+    /// Which certificate.
+    pub what: &'static str,
+    /// rcgen's error.
+    #[source]
+    pub source: rcgen::Error,
+}
+
+/// A CA and a serving certificate it signed, as PEM.
+#[derive(Clone, Debug)]
+pub struct Pki {
+    /// The CA certificate (what the API server must trust).
+    pub ca_pem: String,
+    /// The serving certificate.
+    pub cert_pem: String,
+    /// The serving certificate's private key.
+    pub key_pem: String,
+}
+
+/// The DNS names of the Service in `namespace` (`virt-api`, `virt-api.<ns>`, `virt-api.<ns>.svc`).
+pub fn service_names(namespace: &str) -> Vec<String> {
+    let s = webhook::SERVICE;
+    vec![s.to_owned(), format!("{s}.{namespace}"), format!("{s}.{namespace}.svc")]
+}
+
+impl Pki {
+    /// A fresh CA and a serving certificate for `names` (DNS names or IP addresses).
+    pub fn generate(names: &[String]) -> Result<Pki, Error> {
+        let ca_err = |source| Error { what: "CA", source };
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(ca_err)?;
+        ca.distinguished_name.push(DnType::CommonName, "virt-api-ca");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let ca_key = KeyPair::generate().map_err(ca_err)?;
+        let ca_cert = ca.self_signed(&ca_key).map_err(ca_err)?;
+        let ca_pem = ca_cert.pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf_err = |source| Error { what: "serving", source };
+        let mut leaf = CertificateParams::new(names.to_vec()).map_err(leaf_err)?;
+        leaf.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("virt-api"));
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        let key = KeyPair::generate().map_err(leaf_err)?;
+        let cert = leaf.signed_by(&key, &issuer).map_err(leaf_err)?;
+        Ok(Pki { ca_pem, cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    }
+
+    /// The PKI kept in a Secret made by [`Pki::secret`] (`ca.crt`, `tls.crt`, `tls.key`), if complete: an installer
+    /// reuses it, so that running replicas (which load their certificate at start) and the `caBundle` keep
+    /// matching across re-installs.
+    pub fn from_secret(secret: &Secret) -> Option<Pki> {
+        let data = secret.data.as_ref()?;
+        let text = |k: &str| data.get(k).and_then(|b| String::from_utf8(b.0.clone()).ok());
+        Some(Pki { ca_pem: text("ca.crt")?, cert_pem: text("tls.crt")?, key_pem: text("tls.key")? })
+    }
+
+    /// The `caBundle` value: the CA PEM, base64-encoded.
+    pub fn ca_bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+    }
+
+    /// The Secret [`TLS_SECRET`] in `namespace`.
+    pub fn secret(&self, namespace: &str) -> Secret {
+        let data = [("tls.crt", &self.cert_pem), ("tls.key", &self.key_pem), ("ca.crt", &self.ca_pem)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+            .collect::<BTreeMap<_, _>>();
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(TLS_SECRET.into()),
+                namespace: Some(namespace.into()),
+                labels: Some([("kubevirt.io".to_owned(), "virt-api".to_owned())].into()),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(data),
+            ..Default::default()
+        }
+    }
+}
+
+/// `yaml` (e.g. `deploy/virt-api.yaml`) with every [`CA_BUNDLE_PLACEHOLDER`] replaced by `pki`'s CA bundle.
+pub fn with_ca_bundle(yaml: &str, pki: &Pki) -> String {
+    yaml.replace(CA_BUNDLE_PLACEHOLDER, &pki.ca_bundle())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_serving_certificate_chains_to_the_ca() {
+        let pki = Pki::generate(&service_names("kubevirt")).unwrap_or_else(|e| panic!("{e}"));
+        let roots = controller_runtime::tls::roots(
+            &controller_runtime::tls::certs_from_pem(pki.ca_pem.as_bytes(), "ca").unwrap_or_else(|e| panic!("{e}")),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roots.len(), 1);
+        let chain =
+            controller_runtime::tls::certs_from_pem(pki.cert_pem.as_bytes(), "cert").unwrap_or_else(|e| panic!("{e}"));
+        let key =
+            controller_runtime::tls::key_from_pem(pki.key_pem.as_bytes(), "key").unwrap_or_else(|e| panic!("{e}"));
+        assert!(controller_runtime::tls::server_config(chain, key, None).is_ok());
+        assert_eq!(with_ca_bundle("caBundle: ${VIRT_API_CA_BUNDLE}", &pki), format!("caBundle: {}", pki.ca_bundle()));
+        let s = pki.secret("kubevirt");
+        assert_eq!(s.data.as_ref().map(|d| d.len()), Some(3));
+        assert_eq!(Pki::from_secret(&s).map(|p| p.ca_bundle()), Some(pki.ca_bundle()));
+    }
+}

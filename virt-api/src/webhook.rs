@@ -1,0 +1,208 @@
+//! The three VMI webhooks as functions from an `AdmissionReview` request body to the response review (upstream's
+//! `VMIsMutator`, `VMICreateAdmitter`, `VMIUpdateAdmitter`), independent of HTTP:
+//!
+//! * [`Webhook::Mutate`]: CREATE → [`default_vmi`], answered with a JSON patch from the request object to the
+//!   defaulted one; UPDATE → status edits by anyone but KubeVirt's components are reverted (patch back to the old
+//!   status);
+//! * [`Webhook::ValidateCreate`] / [`Webhook::ValidateUpdate`] → [`validate_create`] / [`validate_update`], refused
+//!   with upstream's `Status` ([`invalid_status`]).
+//!
+//! A request that cannot be read (not JSON, not a review, another resource, an undecodable VMI) is answered as
+//! upstream does: not allowed, code 400, the decoding error as the message.
+
+use contracts::kubevirt::consts::{GROUP, VERSIONS, webhook};
+use crds::kubevirt::vmi::VirtualMachineInstance;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, Status};
+use serde_json::Value;
+
+use crate::cause::{error_status, invalid_status};
+use crate::config::{Config, User};
+use crate::defaults::{Fresh, default_vmi};
+use crate::validate::{invalid_quantity, semantically_equal, validate_create, validate_update};
+
+/// The resource the webhooks serve.
+pub const RESOURCE: &str = "virtualmachineinstances";
+
+/// One of the VMI webhooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Webhook {
+    /// `virtualmachineinstances-mutator.kubevirt.io`.
+    Mutate,
+    /// `virtualmachineinstances-create-validator.kubevirt.io`.
+    ValidateCreate,
+    /// `virtualmachineinstances-update-validator.kubevirt.io`.
+    ValidateUpdate,
+}
+
+impl Webhook {
+    /// Every webhook.
+    pub const ALL: [Webhook; 3] = [Webhook::Mutate, Webhook::ValidateCreate, Webhook::ValidateUpdate];
+
+    /// The HTTPS path it is served on.
+    pub fn path(&self) -> &'static str {
+        match self {
+            Webhook::Mutate => webhook::VMI_MUTATE_PATH,
+            Webhook::ValidateCreate => webhook::VMI_VALIDATE_CREATE_PATH,
+            Webhook::ValidateUpdate => webhook::VMI_VALIDATE_UPDATE_PATH,
+        }
+    }
+
+    /// Its name in the webhook configurations (what `kubectl` prints).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Webhook::Mutate => webhook::VMI_MUTATOR,
+            Webhook::ValidateCreate => webhook::VMI_CREATE_VALIDATOR,
+            Webhook::ValidateUpdate => webhook::VMI_UPDATE_VALIDATOR,
+        }
+    }
+
+    /// The webhook served on `path`.
+    pub fn for_path(path: &str) -> Option<Webhook> {
+        Webhook::ALL.into_iter().find(|w| w.path() == path)
+    }
+}
+
+/// Removes `null` members of objects, recursively (the API server drops them too; our types never write them).
+pub fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, v| !v.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+/// Answers an `AdmissionReview` request `body` for `webhook`; `fresh` is called for CREATE mutations only.
+pub fn review(webhook: Webhook, body: &[u8], config: &Config, fresh: impl FnOnce() -> Fresh) -> Value {
+    let parsed: Result<(Value, AdmissionReview<DynamicObject>), String> = serde_json::from_slice::<Value>(body)
+        .map_err(|e| e.to_string())
+        .and_then(|v| serde_json::from_value(v.clone()).map(|r| (v, r)).map_err(|e| e.to_string()));
+    let (raw, review) = match parsed {
+        Ok(p) => p,
+        Err(e) => return to_value(refused(AdmissionResponse::invalid(&e), error_status(e))),
+    };
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => return to_value(refused(AdmissionResponse::invalid(e.to_string()), error_status(e.to_string()))),
+    };
+    let response = AdmissionResponse::from(&request);
+    let raw_request = raw.get("request").cloned().unwrap_or(Value::Null);
+    let answer = match answer(webhook, &request, &raw_request, config, fresh) {
+        Ok(Answer::Allow) => response,
+        Ok(Answer::Patch(patch)) => match response.clone().with_patch(patch) {
+            Ok(r) => r,
+            Err(e) => refused(response, error_status(e.to_string())),
+        },
+        Ok(Answer::Deny(status)) | Err(status) => refused(response, *status),
+    };
+    to_value(answer)
+}
+
+fn refused(mut response: AdmissionResponse, status: Status) -> AdmissionResponse {
+    response.allowed = false;
+    response.result = status;
+    response
+}
+
+fn to_value(response: AdmissionResponse) -> Value {
+    let mut review = serde_json::to_value(response.into_review()).unwrap_or(Value::Null);
+    // kube writes the patch bytes as a JSON array of numbers; Go (and every webhook the API server knows) writes
+    // `[]byte` as base64. The API server reads both; write what upstream writes.
+    if let Some(patch) = review.pointer_mut("/response/patch")
+        && let Some(bytes) =
+            patch.as_array().map(|a| a.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect::<Vec<u8>>())
+    {
+        use base64::Engine as _;
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    review
+}
+
+enum Answer {
+    Allow,
+    Patch(json_patch::Patch),
+    Deny(Box<Status>),
+}
+
+fn user(request: &AdmissionRequest<DynamicObject>) -> User {
+    User {
+        username: request.user_info.username.clone().unwrap_or_default(),
+        groups: request.user_info.groups.clone().unwrap_or_default(),
+    }
+}
+
+/// The request's object (`object` or `oldObject`) as raw JSON (nulls removed) and as a VMI.
+fn object(raw_request: &Value, key: &str) -> Result<(Value, VirtualMachineInstance), Box<Status>> {
+    let mut raw = raw_request.get(key).cloned().unwrap_or(Value::Null);
+    strip_nulls(&mut raw);
+    let vmi: VirtualMachineInstance =
+        serde_json::from_value(raw.clone()).map_err(|e| Box::new(error_status(e.to_string())))?;
+    if let Some(message) = invalid_quantity(&vmi.spec) {
+        return Err(Box::new(error_status(message)));
+    }
+    Ok((raw, vmi))
+}
+
+/// `value` with the request object's `apiVersion` and `kind` (our types write `kubevirt.io/v1`; a `v1alpha3`
+/// request keeps its version).
+fn with_types_of(mut value: Value, raw: &Value) -> Value {
+    for key in ["apiVersion", "kind"] {
+        if let (Some(v), Some(obj)) = (raw.get(key), value.as_object_mut()) {
+            obj.insert(key.into(), v.clone());
+        }
+    }
+    value
+}
+
+fn answer(
+    webhook: Webhook,
+    request: &AdmissionRequest<DynamicObject>,
+    raw_request: &Value,
+    config: &Config,
+    fresh: impl FnOnce() -> Fresh,
+) -> Result<Answer, Box<Status>> {
+    let gvr = &request.resource;
+    if gvr.group != GROUP || gvr.resource != RESOURCE || !VERSIONS.contains(&gvr.version.as_str()) {
+        return Err(Box::new(error_status(format!("expect resource to be '{RESOURCE}'"))));
+    }
+    let user = user(request);
+    match (webhook, &request.operation) {
+        (Webhook::Mutate, Operation::Create) => {
+            let (raw, vmi) = object(raw_request, "object")?;
+            let defaulted = default_vmi(&vmi, config, &fresh()).map_err(|e| Box::new(error_status(e.to_string())))?;
+            let out = serde_json::to_value(&defaulted).map_err(|e| Box::new(error_status(e.to_string())))?;
+            let patch = json_patch::diff(&raw, &with_types_of(out, &raw));
+            Ok(if patch.0.is_empty() { Answer::Allow } else { Answer::Patch(patch) })
+        }
+        (Webhook::Mutate, Operation::Update) => {
+            let (raw, new) = object(raw_request, "object")?;
+            let (old_raw, old) = object(raw_request, "oldObject")?;
+            if semantically_equal(&new.status, &old.status) || config.is_kubevirt(&user) {
+                return Ok(Answer::Allow);
+            }
+            let mut reverted = raw.clone();
+            if let Some(obj) = reverted.as_object_mut() {
+                match old_raw.get("status") {
+                    Some(s) => obj.insert("status".into(), s.clone()),
+                    None => obj.remove("status"),
+                };
+            }
+            Ok(Answer::Patch(json_patch::diff(&raw, &reverted)))
+        }
+        (Webhook::ValidateCreate, Operation::Create) => {
+            let (_, vmi) = object(raw_request, "object")?;
+            let causes = validate_create(&vmi, config, &user);
+            Ok(if causes.is_empty() { Answer::Allow } else { Answer::Deny(Box::new(invalid_status(&causes))) })
+        }
+        (Webhook::ValidateUpdate, Operation::Update) => {
+            let (_, new) = object(raw_request, "object")?;
+            let (_, old) = object(raw_request, "oldObject")?;
+            let causes = validate_update(&old, &new, config, &user);
+            Ok(if causes.is_empty() { Answer::Allow } else { Answer::Deny(Box::new(invalid_status(&causes))) })
+        }
+        _ => Ok(Answer::Allow),
+    }
+}

@@ -1,0 +1,645 @@
+//! The VMI reconciler's decisions, pure: what was read ([`Observed`]) → what to do ([`Plan`]). Contract §2.7:
+//!
+//! ```text
+//! (none)/Pending ──pod created──► Scheduling ──compute ready──► Scheduled ──node agent──► Running ─► Succeeded/Failed
+//!        │ claims missing/DVs not ready: wait (DataVolumesReady, Synchronized)
+//!        └────── deleted / DataVolume failed ──► Failed ◄── pod failed or gone before Running finished
+//! final or deleted: delete the pods; no pods left → drop the finalizer
+//! ```
+//!
+//! The controller writes `Pending`…`Scheduled` and `Failed` when the pod fails or vanishes; `Running`,
+//! `Succeeded` and guest-caused `Failed` come from the node agent, from libvirt's state. A deleted VMI that is
+//! `Scheduled`/`Running` is shut down by the node agent (ACPI, then destroy after the grace period); if that has
+//! not happened [`NODE_AGENT_SLACK`] after the grace period, the pods are deleted (the launcher's own SIGTERM
+//! handling then stops the guest).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use contracts::kubevirt::consts::{finalizer, label, reason};
+use contracts::kubevirt::launcher::COMPUTE_CONTAINER;
+use controller_runtime::events::Severity;
+use crds::kubevirt::VirtualMachineInstance;
+use crds::kubevirt::vmi::{
+    ConditionStatus, MemoryStatus, QosClass, VirtualMachineInstanceCondition,
+    VirtualMachineInstanceConditionType as Type, VirtualMachineInstancePhase as Phase, VirtualMachineInstanceStatus,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::pod::{self, Claim, PodSettings};
+use super::status::{self, PodState, not_ready};
+
+/// How long after a deleted VMI's grace period the controller waits for the node agent before deleting its pods.
+pub const NODE_AGENT_SLACK: Duration = Duration::from_secs(60);
+/// How often a VMI waiting for its claims is looked at again (claims are not watched).
+pub const CLAIM_RECHECK: Duration = Duration::from_secs(2);
+/// `Synchronized` reason when a launcher pod failed or vanished before the guest ran.
+pub const REASON_POD_FAILED: &str = "PodFailed";
+/// Event reason of a created launcher pod (upstream's).
+pub const EVENT_CREATED: &str = "SuccessfulCreate";
+/// Event reason of a deleted launcher pod (upstream's).
+pub const EVENT_DELETED: &str = "SuccessfulDelete";
+/// Event reason of a failed sync (upstream's `SyncFailed`).
+pub const EVENT_SYNC_FAILED: &str = "SyncFailed";
+
+/// A persistentVolumeClaim/dataVolume volume's claim as read from the caches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeClaim {
+    /// Usable: the PVC exists (and its DataVolume, if any, is ready).
+    Bound(Claim),
+    /// A DataVolume that is not ready yet (`ready` = its Ready condition's status).
+    DataVolumeNotReady {
+        /// DataVolume name.
+        name: String,
+        /// Its Ready condition.
+        ready: ConditionStatus,
+    },
+    /// A DataVolume in phase `Failed`.
+    DataVolumeFailed {
+        /// DataVolume name.
+        name: String,
+    },
+    /// Neither the PVC nor the DataVolume exists.
+    Missing {
+        /// `PVC` or `DataVolume`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+}
+
+/// Everything the planner looks at.
+pub struct Observed<'a> {
+    /// The VMI.
+    pub vmi: &'a VirtualMachineInstance,
+    /// Its launcher pods (label `kubevirt.io/created-by` = its UID), oldest first.
+    pub pods: Vec<&'a Pod>,
+    /// Claims of its persistentVolumeClaim/dataVolume volumes, by volume name.
+    pub claims: BTreeMap<String, VolumeClaim>,
+    /// Whether any of its volumes is a DataVolume (the `DataVolumesReady` condition is kept then).
+    pub has_data_volumes: bool,
+    /// Pod rendering settings.
+    pub settings: &'a PodSettings,
+    /// The current time.
+    pub now: Time,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Create this launcher pod (events name it once created).
+    CreatePod(Box<Pod>),
+    /// Delete the launcher pod of this name.
+    DeletePod(String),
+    /// Replace the VMI with this one (metadata and status changed; resourceVersion of the observed one).
+    UpdateVmi(Box<VirtualMachineInstance>),
+    /// Record an event on the VMI.
+    Event {
+        /// Normal or Warning.
+        severity: Severity,
+        /// CamelCase reason.
+        reason: &'static str,
+        /// Human-readable message.
+        message: String,
+    },
+}
+
+/// The result of planning.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// What to do, in order.
+    pub actions: Vec<Action>,
+    /// Look again after this long even without a change.
+    pub requeue: Option<Duration>,
+}
+
+fn is_final(phase: &Phase) -> bool {
+    phase.is_final()
+}
+
+/// The `Ready` condition as upstream's VMI controller computes it.
+fn ready_condition(
+    phase: &Phase,
+    pod: Option<&Pod>,
+    state: Option<&PodState>,
+) -> crds::kubevirt::vmi::VirtualMachineInstanceCondition {
+    match (pod, state) {
+        (None, _) | (_, None) => not_ready(reason::POD_NOT_EXISTS),
+        (_, Some(PodState::Terminating | PodState::Down { .. })) => not_ready(reason::POD_TERMINATING),
+        _ if *phase != Phase::Running => not_ready(reason::GUEST_NOT_RUNNING),
+        (Some(p), _) => status::pod_ready(p).unwrap_or_else(|| not_ready(reason::POD_CONDITION_MISSING)),
+    }
+}
+
+/// Deadline (seconds since the deletion) after which a deleted, running VMI's pods are deleted by the controller.
+fn node_agent_deadline(vmi: &VirtualMachineInstance) -> Duration {
+    Duration::from_secs(pod::vmi_grace(vmi).unsigned_abs()) + NODE_AGENT_SLACK
+}
+
+fn elapsed_since(t: &Time, now: &Time) -> Duration {
+    let secs = now.0.as_second().saturating_sub(t.0.as_second());
+    Duration::from_secs(secs.max(0).unsigned_abs())
+}
+
+/// Fails the VMI because its pod failed or vanished: phase `Failed`, `Synchronized` False with the reason.
+fn fail(status: &mut VirtualMachineInstanceStatus, message: &str, now: &Time, actions: &mut Vec<Action>) {
+    status.set_phase(Phase::Failed, now);
+    status.set_condition(
+        VirtualMachineInstanceCondition::new(Type::Synchronized, ConditionStatus::False, REASON_POD_FAILED, message),
+        now,
+    );
+    actions.push(Action::Event { severity: Severity::Warning, reason: EVENT_SYNC_FAILED, message: message.to_owned() });
+}
+
+/// Claims ready for rendering, or why the VMI waits.
+enum ClaimCheck {
+    Ready(BTreeMap<String, Claim>),
+    Waiting,
+    Failed(String),
+}
+
+fn check_claims(o: &Observed<'_>, status: &mut VirtualMachineInstanceStatus) -> ClaimCheck {
+    let now = &o.now;
+    let mut ready = BTreeMap::new();
+    let mut missing = None;
+    let mut dv_status = ConditionStatus::True;
+    let mut failed = None;
+    for (volume, claim) in &o.claims {
+        match claim {
+            VolumeClaim::Bound(c) => {
+                ready.insert(volume.clone(), c.clone());
+            }
+            VolumeClaim::DataVolumeNotReady { ready: r, .. } => {
+                if *r == ConditionStatus::False || dv_status == ConditionStatus::True {
+                    dv_status = r.clone();
+                }
+            }
+            VolumeClaim::DataVolumeFailed { name } => failed = Some(name.clone()),
+            VolumeClaim::Missing { kind, name } => {
+                missing.get_or_insert_with(|| (*kind, name.clone()));
+            }
+        }
+    }
+    if o.has_data_volumes {
+        let c = if dv_status == ConditionStatus::True && failed.is_none() {
+            VirtualMachineInstanceCondition::new(
+                Type::DataVolumesReady,
+                ConditionStatus::True,
+                reason::ALL_DVS_READY,
+                "All of the VMI's DVs are bound and not running",
+            )
+        } else {
+            let s = if failed.is_some() { ConditionStatus::False } else { dv_status };
+            VirtualMachineInstanceCondition::new(
+                Type::DataVolumesReady,
+                s,
+                reason::NOT_ALL_DVS_READY,
+                "Not all of the VMI's DVs are ready",
+            )
+        };
+        status.set_condition(c, now);
+    }
+    if let Some(name) = failed {
+        return ClaimCheck::Failed(format!("DataVolume {name} failed"));
+    }
+    let ns = o.vmi.namespace().unwrap_or_default();
+    match missing {
+        Some((kind, name)) => {
+            let message = format!("{kind} {ns}/{name} does not exist, waiting for it to appear");
+            status.set_condition(
+                VirtualMachineInstanceCondition::new(
+                    Type::Synchronized,
+                    ConditionStatus::False,
+                    reason::FAILED_PVC_NOT_FOUND,
+                    &message,
+                ),
+                now,
+            );
+            ClaimCheck::Waiting
+        }
+        None if ready.len() < o.claims.len() => ClaimCheck::Waiting,
+        None => {
+            if status.condition(&Type::Synchronized).and_then(|c| c.reason.as_deref())
+                == Some(reason::FAILED_PVC_NOT_FOUND)
+            {
+                status.remove_condition(&Type::Synchronized);
+            }
+            ClaimCheck::Ready(ready)
+        }
+    }
+}
+
+/// Records the hand-over to the node agent: node, active pod, image, QoS, overhead.
+fn schedule(vmi: &mut VirtualMachineInstance, status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: &Time) {
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    status.node_name = Some(node.clone());
+    vmi.labels_mut().insert(label::NODE_NAME.into(), node.clone());
+    status.active_pods = Some(BTreeMap::from([(pod.uid().unwrap_or_default(), node)]));
+    status.launcher_container_image_version = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == COMPUTE_CONTAINER))
+        .and_then(|c| c.image.clone());
+    status.qos_class = pod.status.as_ref().and_then(|s| s.qos_class.clone()).map(|q| QosClass::from(q.as_str()));
+    let overhead = pod.annotations().get(contracts::kubevirt::consts::ann::MEMORY_OVERHEAD_BYTES).cloned();
+    if let Some(o) = overhead {
+        status.memory.get_or_insert_with(MemoryStatus::default).memory_overhead = Some(Quantity(o));
+    }
+    status.remove_condition(&Type::PodScheduled);
+    if status.condition(&Type::Synchronized).is_some_and(|c| c.status == ConditionStatus::False) {
+        status.remove_condition(&Type::Synchronized);
+    }
+    status.set_phase(Phase::Scheduled, now);
+}
+
+/// Plans one reconcile of `o.vmi`.
+pub fn plan(o: &Observed<'_>) -> Plan {
+    let vmi = o.vmi;
+    let now = &o.now;
+    let mut next = vmi.clone();
+    let mut status = vmi.status.clone().unwrap_or_default();
+    let mut actions = Vec::new();
+    let mut requeue = None;
+    let phase = vmi.phase();
+    let deleting = vmi.metadata.deletion_timestamp.as_ref();
+    let pod = o.pods.first().copied();
+    let state = pod.map(status::observe);
+    let delete_pods = |actions: &mut Vec<Action>| {
+        for p in &o.pods {
+            if p.metadata.deletion_timestamp.is_none() {
+                actions.push(Action::DeletePod(p.name_any()));
+                actions.push(Action::Event {
+                    severity: Severity::Normal,
+                    reason: EVENT_DELETED,
+                    message: format!("Deleted virtual machine pod {}", p.name_any()),
+                });
+            }
+        }
+    };
+
+    if is_final(&phase) || deleting.is_some() {
+        let mut cleanup = true;
+        if !is_final(&phase) {
+            let down = matches!(state, None | Some(PodState::Down { .. }));
+            match phase {
+                Phase::Scheduled | Phase::Running if !down => {
+                    // The node agent shuts the guest down; the controller only steps in once it is overdue.
+                    let since = deleting.map(|t| elapsed_since(t, now)).unwrap_or_default();
+                    let deadline = node_agent_deadline(vmi);
+                    cleanup = since >= deadline;
+                    if !cleanup {
+                        requeue = Some(deadline - since + Duration::from_secs(1));
+                    }
+                }
+                Phase::Scheduled | Phase::Running => {
+                    fail(&mut status, "virt-launcher pod is gone while the VMI was being deleted", now, &mut actions)
+                }
+                _ => status.set_phase(Phase::Failed, now),
+            }
+        }
+        if cleanup {
+            delete_pods(&mut actions);
+        }
+        if is_final(status.phase.as_ref().unwrap_or(&Phase::Unset)) {
+            status.launcher_container_image_version = None;
+        }
+        if o.pods.is_empty() {
+            let finalizers = next.finalizers_mut();
+            finalizers.retain(|f| f != finalizer::FOREGROUND_DELETE_VIRTUAL_MACHINE);
+        }
+    } else {
+        if !next.finalizers().iter().any(|f| f == finalizer::FOREGROUND_DELETE_VIRTUAL_MACHINE) {
+            next.finalizers_mut().push(finalizer::FOREGROUND_DELETE_VIRTUAL_MACHINE.to_owned());
+        }
+        match phase {
+            Phase::Unset | Phase::Pending => match check_claims(o, &mut status) {
+                ClaimCheck::Failed(message) => fail(&mut status, &message, now, &mut actions),
+                ClaimCheck::Waiting => {
+                    status.set_phase(Phase::Pending, now);
+                    requeue = Some(CLAIM_RECHECK);
+                }
+                ClaimCheck::Ready(claims) => {
+                    if pod.is_none() {
+                        actions.push(Action::CreatePod(Box::new(pod::render(vmi, &claims, o.settings))));
+                    }
+                    status.set_phase(Phase::Scheduling, now);
+                }
+            },
+            Phase::Scheduling => match (pod, &state) {
+                (None, _) | (_, None) => {
+                    fail(&mut status, "virt-launcher pod is gone before the VMI was scheduled", now, &mut actions)
+                }
+                (Some(_), Some(PodState::Terminating)) => {
+                    fail(&mut status, "virt-launcher pod was deleted before the VMI was scheduled", now, &mut actions)
+                }
+                (Some(_), Some(PodState::Down { message })) => {
+                    let m = message
+                        .clone()
+                        .unwrap_or_else(|| "virt-launcher pod exited before the VMI was scheduled".into());
+                    fail(&mut status, &m, now, &mut actions)
+                }
+                (Some(p), Some(PodState::Starting { problem })) => {
+                    match status::unschedulable(p) {
+                        Some(c) => status.set_condition(c, now),
+                        None => status.remove_condition(&Type::PodScheduled),
+                    }
+                    match problem {
+                        Some((r, m)) => status.set_condition(
+                            VirtualMachineInstanceCondition::new(Type::Synchronized, ConditionStatus::False, r, m),
+                            now,
+                        ),
+                        None => {
+                            if status.condition(&Type::Synchronized).is_some_and(|c| c.status == ConditionStatus::False)
+                            {
+                                status.remove_condition(&Type::Synchronized);
+                            }
+                        }
+                    }
+                }
+                (Some(p), Some(PodState::Ready)) => schedule(&mut next, &mut status, p, now),
+            },
+            Phase::Scheduled | Phase::Running | Phase::WaitingForSync | Phase::Unknown | Phase::Other(_) => {
+                match (pod, &state) {
+                    (None, _) | (_, None) => fail(&mut status, "virt-launcher pod is gone", now, &mut actions),
+                    (Some(_), Some(PodState::Down { message })) => {
+                        let m = message
+                            .clone()
+                            .unwrap_or_else(|| "virt-launcher pod exited while the VMI was not final".into());
+                        fail(&mut status, &m, now, &mut actions);
+                    }
+                    _ => {}
+                }
+            }
+            Phase::Succeeded | Phase::Failed => {}
+        }
+    }
+
+    let phase_now = status.phase.clone().unwrap_or(Phase::Unset);
+    status.set_condition(ready_condition(&phase_now, pod, state.as_ref()), now);
+    // A pod that only just got created is shown as not existing yet.
+    if let Some(Action::CreatePod(_)) = actions.first() {
+        status.set_condition(not_ready(reason::POD_NOT_EXISTS), now);
+    }
+
+    next.status = Some(status);
+    if next.status != vmi.status
+        || next.metadata.finalizers != vmi.metadata.finalizers
+        || next.metadata.labels != vmi.metadata.labels
+    {
+        actions.push(Action::UpdateVmi(Box::new(next)));
+    }
+    Plan { actions, requeue }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    fn t(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn vmi(phase: Option<&str>) -> VirtualMachineInstance {
+        let mut v: VirtualMachineInstance = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vmi", "namespace": "ns", "uid": "u-1", "resourceVersion": "7",
+                         "finalizers": ["kubevirt.io/foregroundDeleteVirtualMachine"]},
+            "spec": {"domain": {"memory": {"guest": "64Mi"}, "devices": {}}, "terminationGracePeriodSeconds": 30},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(p) = phase {
+            v.status = Some(VirtualMachineInstanceStatus { phase: Some(Phase::from(p)), ..Default::default() });
+        }
+        v
+    }
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "virt-launcher-vmi-abcde", "namespace": "ns", "uid": "p-1",
+                         "annotations": {"kubevirt.io/memory-overhead-bytes": "302120960"}},
+            "spec": {"nodeName": "node1", "containers": [{"name": "compute", "image": "launcher:1"}]},
+            "status": status,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn running_pod(compute_ready: bool, pod_ready: bool) -> Pod {
+        pod(json!({"phase": "Running", "qosClass": "Burstable",
+            "conditions": [{"type": "Ready", "status": if pod_ready { "True" } else { "False" }}],
+            "containerStatuses": [{"name": "compute", "ready": compute_ready, "restartCount": 0, "image": "launcher:1", "imageID": ""}]}))
+    }
+
+    fn settings() -> PodSettings {
+        PodSettings { launcher_image: "launcher:1".into(), pull_policy: "IfNotPresent".into() }
+    }
+
+    fn run(vmi: &VirtualMachineInstance, pods: &[Pod], claims: BTreeMap<String, VolumeClaim>, now: i64) -> Plan {
+        let s = settings();
+        let has_data_volumes = claims.values().any(|c| matches!(c, VolumeClaim::DataVolumeNotReady { .. }))
+            || vmi.spec.volumes.iter().flatten().any(|v| v.data_volume.is_some());
+        plan(&Observed { vmi, pods: pods.iter().collect(), claims, has_data_volumes, settings: &s, now: t(now) })
+    }
+
+    fn updated(p: &Plan) -> VirtualMachineInstance {
+        p.actions
+            .iter()
+            .find_map(|a| match a {
+                Action::UpdateVmi(v) => Some(v.as_ref().clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no update in {:?}", p.actions))
+    }
+
+    fn kinds(p: &Plan) -> Vec<&'static str> {
+        p.actions
+            .iter()
+            .map(|a| match a {
+                Action::CreatePod(_) => "create",
+                Action::DeletePod(_) => "delete",
+                Action::UpdateVmi(_) => "update",
+                Action::Event { .. } => "event",
+            })
+            .collect()
+    }
+
+    fn cond(v: &VirtualMachineInstance, t: Type) -> Option<(ConditionStatus, Option<String>)> {
+        v.status.as_ref()?.condition(&t).map(|c| (c.status.clone(), c.reason.clone()))
+    }
+
+    #[test]
+    fn a_pending_vmi_gets_its_pod_and_scheduling() {
+        let p = run(&vmi(Some("Pending")), &[], BTreeMap::new(), 100);
+        assert_eq!(kinds(&p), ["create", "update"]);
+        let v = updated(&p);
+        assert_eq!(v.phase(), Phase::Scheduling);
+        assert_eq!(cond(&v, Type::Ready), Some((ConditionStatus::False, Some("PodNotExists".into()))));
+        // Without the webhook's seeding (no phase), the same.
+        let p = run(&vmi(None), &[], BTreeMap::new(), 100);
+        assert_eq!(updated(&p).phase(), Phase::Scheduling);
+    }
+
+    #[test]
+    fn the_finalizer_is_added_when_missing() {
+        let mut v = vmi(Some("Scheduling"));
+        v.metadata.finalizers = None;
+        let p = run(&v, &[running_pod(false, false)], BTreeMap::new(), 100);
+        assert_eq!(updated(&p).finalizers(), ["kubevirt.io/foregroundDeleteVirtualMachine"]);
+    }
+
+    #[test]
+    fn scheduling_waits_for_the_compute_container_then_hands_over() {
+        let v = vmi(Some("Scheduling"));
+        let p = run(&v, &[running_pod(false, false)], BTreeMap::new(), 100);
+        assert_eq!(updated(&p).phase(), Phase::Scheduling);
+        let p = run(&v, &[running_pod(true, false)], BTreeMap::new(), 100);
+        let v = updated(&p);
+        let s = v.status.clone().unwrap_or_default();
+        assert_eq!(v.phase(), Phase::Scheduled);
+        assert_eq!(s.node_name.as_deref(), Some("node1"));
+        assert_eq!(v.labels().get("kubevirt.io/nodeName").map(String::as_str), Some("node1"));
+        assert_eq!(s.active_pods, Some(BTreeMap::from([("p-1".into(), "node1".into())])));
+        assert_eq!(s.launcher_container_image_version.as_deref(), Some("launcher:1"));
+        assert_eq!(s.qos_class, Some(QosClass::Burstable));
+        assert_eq!(s.memory.and_then(|m| m.memory_overhead), Some(Quantity("302120960".into())));
+        assert_eq!(cond(&v, Type::Ready), Some((ConditionStatus::False, Some("GuestNotRunning".into()))));
+    }
+
+    #[test]
+    fn a_running_vmi_copies_the_pods_ready_condition() {
+        let v = vmi(Some("Running"));
+        let p = run(&v, &[running_pod(true, true)], BTreeMap::new(), 100);
+        assert_eq!(cond(&updated(&p), Type::Ready).map(|c| c.0), Some(ConditionStatus::True));
+        // Nothing changes on a second pass over the result.
+        let again = updated(&p);
+        assert!(run(&again, &[running_pod(true, true)], BTreeMap::new(), 200).actions.is_empty());
+    }
+
+    #[test]
+    fn an_unschedulable_pod_or_a_pull_failure_is_shown() {
+        let v = vmi(Some("Scheduling"));
+        let unschedulable = pod(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/1 nodes are available"}]}));
+        let p = run(&v, &[unschedulable], BTreeMap::new(), 100);
+        let u = updated(&p);
+        assert_eq!(cond(&u, Type::PodScheduled), Some((ConditionStatus::False, Some("Unschedulable".into()))));
+        assert_eq!(u.phase(), Phase::Scheduling);
+        let pulling = pod(
+            json!({"phase": "Pending", "initContainerStatuses": [{"name": "volumecd-init", "ready": false,
+            "restartCount": 0, "image": "i", "imageID": "", "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}]}),
+        );
+        let p = run(&v, &[pulling], BTreeMap::new(), 100);
+        assert_eq!(cond(&updated(&p), Type::Synchronized), Some((ConditionStatus::False, Some("ErrImagePull".into()))));
+    }
+
+    #[test]
+    fn a_failed_or_vanished_pod_fails_the_vmi() {
+        let bad_disk =
+            pod(json!({"phase": "Failed", "initContainerStatuses": [{"name": "volumecd-init", "ready": false,
+            "restartCount": 0, "image": "i", "imageID": "",
+            "state": {"terminated": {"exitCode": 1, "message": "no file found in folder /disk, no disk present"}}}]}));
+        for (phase, pods, want) in [
+            (
+                "Scheduling",
+                vec![bad_disk],
+                "container volumecd-init failed: no file found in folder /disk, no disk present",
+            ),
+            ("Scheduling", vec![], "virt-launcher pod is gone before the VMI was scheduled"),
+            ("Scheduled", vec![], "virt-launcher pod is gone"),
+            ("Running", vec![], "virt-launcher pod is gone"),
+            ("Running", vec![pod(json!({"phase": "Failed"}))], "the launcher pod failed"),
+        ] {
+            let p = run(&vmi(Some(phase)), &pods, BTreeMap::new(), 100);
+            let v = updated(&p);
+            assert_eq!(v.phase(), Phase::Failed, "{phase}");
+            let sync = v.status.as_ref().and_then(|s| s.condition(&Type::Synchronized)).cloned().unwrap_or_default();
+            assert_eq!((sync.reason.as_deref(), sync.message.as_deref()), (Some("PodFailed"), Some(want)), "{phase}");
+            assert!(p.actions.iter().any(|a| matches!(a, Action::Event { reason: "SyncFailed", .. })));
+        }
+    }
+
+    #[test]
+    fn claims_gate_the_pod() {
+        let mut v = vmi(Some("Pending"));
+        v.spec.volumes = Some(vec![crds::kubevirt::Volume {
+            name: "disk".into(),
+            data_volume: Some(crds::kubevirt::volume::DataVolumeSource { name: "dv".into(), ..Default::default() }),
+            ..Default::default()
+        }]);
+        let waiting = BTreeMap::from([(
+            "disk".to_owned(),
+            VolumeClaim::DataVolumeNotReady { name: "dv".into(), ready: ConditionStatus::False },
+        )]);
+        let p = run(&v, &[], waiting, 100);
+        assert_eq!(kinds(&p), ["update"]);
+        assert_eq!(p.requeue, Some(CLAIM_RECHECK));
+        let u = updated(&p);
+        assert_eq!(u.phase(), Phase::Pending);
+        assert_eq!(cond(&u, Type::DataVolumesReady), Some((ConditionStatus::False, Some("NotAllDVsReady".into()))));
+
+        let missing = BTreeMap::from([("disk".to_owned(), VolumeClaim::Missing { kind: "PVC", name: "dv".into() })]);
+        let u = updated(&run(&v, &[], missing, 100));
+        let sync = u.status.as_ref().and_then(|s| s.condition(&Type::Synchronized)).cloned().unwrap_or_default();
+        assert_eq!(sync.reason.as_deref(), Some("FailedPvcNotFound"));
+        assert_eq!(sync.message.as_deref(), Some("PVC ns/dv does not exist, waiting for it to appear"));
+
+        let bound = BTreeMap::from([(
+            "disk".to_owned(),
+            VolumeClaim::Bound(Claim { name: "dv".into(), mode: pod::ClaimMode::Block, read_only: false }),
+        )]);
+        let p = run(&u, &[], bound, 101);
+        assert_eq!(kinds(&p), ["create", "update"]);
+        let u = updated(&p);
+        assert_eq!(cond(&u, Type::DataVolumesReady), Some((ConditionStatus::True, Some("AllDVsReady".into()))));
+        assert!(cond(&u, Type::Synchronized).is_none(), "the PVC-not-found condition is cleared");
+
+        let failed = BTreeMap::from([("disk".to_owned(), VolumeClaim::DataVolumeFailed { name: "dv".into() })]);
+        assert_eq!(updated(&run(&v, &[], failed, 100)).phase(), Phase::Failed);
+    }
+
+    #[test]
+    fn deletion_waits_for_the_node_agent_then_cleans_up() {
+        let mut v = vmi(Some("Running"));
+        v.metadata.deletion_timestamp = Some(t(100));
+        let live = running_pod(true, true);
+        // Within grace (30 s) + slack (60 s): wait for the node agent.
+        let p = run(&v, std::slice::from_ref(&live), BTreeMap::new(), 110);
+        assert!(!kinds(&p).contains(&"delete"));
+        assert_eq!(p.requeue, Some(Duration::from_secs(81)));
+        // Overdue: delete the pod.
+        let p = run(&v, std::slice::from_ref(&live), BTreeMap::new(), 191);
+        assert_eq!(kinds(&p)[..2], ["delete", "event"]);
+        // The node agent recorded the final phase: delete the pod, keep the finalizer while it exists.
+        let mut done = v.clone();
+        done.status = Some(VirtualMachineInstanceStatus { phase: Some(Phase::Succeeded), ..Default::default() });
+        let p = run(&done, std::slice::from_ref(&live), BTreeMap::new(), 110);
+        assert_eq!(kinds(&p)[..2], ["delete", "event"]);
+        assert_eq!(updated(&p).finalizers(), ["kubevirt.io/foregroundDeleteVirtualMachine"]);
+        // No pod left: the finalizer goes.
+        let p = run(&done, &[], BTreeMap::new(), 110);
+        assert!(updated(&p).finalizers().is_empty());
+        // Deleted before it ran: Failed at once, pod deleted.
+        let mut early = vmi(Some("Scheduling"));
+        early.metadata.deletion_timestamp = Some(t(100));
+        let p = run(&early, &[running_pod(false, false)], BTreeMap::new(), 100);
+        assert_eq!(kinds(&p)[..2], ["delete", "event"]);
+        assert_eq!(updated(&p).phase(), Phase::Failed);
+    }
+
+    #[test]
+    fn a_final_vmi_clears_the_launcher_image_and_ready() {
+        let mut v = vmi(Some("Succeeded"));
+        if let Some(s) = v.status.as_mut() {
+            s.launcher_container_image_version = Some("launcher:1".into());
+        }
+        let p = run(&v, &[], BTreeMap::new(), 100);
+        let u = updated(&p);
+        assert!(u.status.as_ref().and_then(|s| s.launcher_container_image_version.clone()).is_none());
+        assert_eq!(cond(&u, Type::Ready), Some((ConditionStatus::False, Some("PodNotExists".into()))));
+        assert!(u.finalizers().is_empty());
+    }
+}

@@ -1,0 +1,323 @@
+//! VirtualMachineInstances boot for real on the test cluster (issue 12): `kubectl` applies upstream's example
+//! manifests (containerDisk images rewritten to the test guest, `tests/guest/`), our stack (installed from
+//! `deploy/` by `stack_support::deploy_stack`, as `tests/cluster/install-stack` does) renders the virt-launcher
+//! pod, the node agent starts the domain through the pod's own libvirtd, and QEMU (TCG) boots the guest. Each test
+//! proves the boot from the guest itself: its marker on the serial console (`kubectl logs -c guest-console-log`),
+//! its HTTP server reached at the VMI's IP through the masquerade binding.
+//!
+//! `#[ignore]`d like every cluster test; `scripts/test.sh` runs them with
+//! `cargo test -p vm-controller --test cluster -- --ignored` (after `cargo build --workspace --bins`).
+
+use std::time::{Duration, Instant};
+
+use crds::kubevirt::VirtualMachineInstance;
+use crds::kubevirt::vmi::{
+    ConditionStatus, VirtualMachineInstanceConditionType as Type, VirtualMachineInstancePhase as Phase,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
+use kube_test_support::{Error, Result, TestCluster, TestNamespace, poll_object, poll_until};
+use stack_support::{StackOptions, deploy_stack, guest_containerdisk, local_images, upstream_example};
+
+/// The guest's markers (`tests/guest/README.md`).
+const MARKER: &str = "KUBEVIRT-RS-GUEST-UP";
+const POWEROFF: &str = "KUBEVIRT-RS-GUEST-POWEROFF";
+const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+
+struct Env {
+    cluster: TestCluster,
+    client: Client,
+    ns: TestNamespace,
+    image: String,
+}
+
+async fn setup(prefix: &str) -> Result<Env> {
+    let cluster = TestCluster::start_or_reuse().await?;
+    deploy_stack(&cluster, &StackOptions::default()).await?;
+    let image =
+        tokio::task::spawn_blocking(guest_containerdisk).await.map_err(|e| Error::ClusterUp(e.to_string()))??;
+    let client = cluster.client().await?;
+    let ns = TestNamespace::create(&client, prefix).await?;
+    Ok(Env { cluster, client, ns, image })
+}
+
+impl Env {
+    fn vmis(&self) -> Api<VirtualMachineInstance> {
+        Api::namespaced(self.client.clone(), self.ns.name())
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), self.ns.name())
+    }
+
+    /// `kubectl <verb> -f` of `yaml` in the test namespace; the output, or the failure's stderr as an error.
+    fn kubectl_manifest(&self, verb: &str, yaml: &str) -> std::result::Result<String, String> {
+        let out = self.cluster.kubectl_with_manifest(&[verb, "-n", self.ns.name()], yaml).map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let mut full = vec!["-n", self.ns.name()];
+        full.extend_from_slice(args);
+        let out = self.cluster.kubectl(&full)?;
+        if !out.status.success() {
+            return Err(Error::ClusterUp(format!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Applies upstream's example `file` with its containerDisk images rewritten to the test guest.
+    fn apply_example(&self, file: &str) -> Result<String> {
+        let yaml = local_images(&upstream_example(file)?, &self.image);
+        self.kubectl_manifest("create", &yaml).map_err(|e| Error::ClusterUp(format!("kubectl create {file}: {e}")))?;
+        Ok(yaml)
+    }
+
+    async fn wait_phase(&self, name: &str, want: Phase, timeout: Duration) -> Result<VirtualMachineInstance> {
+        poll_object(&self.vmis(), name, timeout, |v: &VirtualMachineInstance| v.phase() == want).await
+    }
+
+    /// The VMI's launcher pod.
+    async fn launcher_pod(&self, vmi: &VirtualMachineInstance) -> Result<Pod> {
+        let selector = format!("kubevirt.io/created-by={}", vmi.uid().unwrap_or_default());
+        let list = self.pods().list(&ListParams::default().labels(&selector)).await?;
+        list.items.into_iter().next().ok_or_else(|| Error::ClusterUp(format!("no launcher pod for {}", vmi.name_any())))
+    }
+
+    /// The guest's serial console so far.
+    fn console(&self, pod: &str) -> String {
+        self.kubectl(&["logs", pod, "-c", "guest-console-log"]).unwrap_or_default()
+    }
+
+    async fn wait_console(&self, pod: &str, needle: &str, timeout: Duration) -> Result<String> {
+        let what = format!("{needle} on the serial console of {pod}");
+        match poll_until(&what, timeout, || async {
+            let log = self.console(pod);
+            log.contains(needle).then_some(log)
+        })
+        .await
+        {
+            Ok(log) => Ok(log),
+            Err(e) => Err(Error::ClusterUp(format!("{e}\n--- console:\n{}", self.console(pod)))),
+        }
+    }
+
+    async fn wait_gone(&self, name: &str, timeout: Duration) -> Result<()> {
+        poll_until(&format!("VMI {name} and its pods to be gone"), timeout, || async {
+            let vmi = self.vmis().get_opt(name).await.ok()?;
+            let pods = self.pods().list(&ListParams::default().labels("kubevirt.io=virt-launcher")).await.ok()?;
+            (vmi.is_none()
+                && pods.items.iter().all(|p| p.labels().get("vm.kubevirt.io/name").map(String::as_str) != Some(name)))
+            .then_some(())
+        })
+        .await
+    }
+}
+
+/// GET http://<ip>/ from the host (the pod network is reachable from the node).
+async fn http_get(ip: &str) -> Result<String> {
+    let url = format!("http://{ip}:80/");
+    poll_until(&format!("{url} to answer"), Duration::from_secs(60), || async {
+        let out = tokio::process::Command::new("curl").args(["-fsS", "--max-time", "3", &url]).output().await.ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    })
+    .await
+}
+
+fn condition(vmi: &VirtualMachineInstance, t: Type) -> Option<ConditionStatus> {
+    vmi.status.as_ref()?.condition(&t).map(|c| c.status.clone())
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn upstream_vmi_ephemeral_boots_with_upstreams_pod_and_serves_http_through_masquerade() -> Result<()> {
+    let env = setup("vmi-ephemeral").await?;
+    let created = Instant::now();
+    env.apply_example("vmi-ephemeral.yaml")?;
+    let vmi = env.wait_phase("vmi-ephemeral", Phase::Running, BOOT_TIMEOUT).await?;
+    let to_running = created.elapsed();
+    let status = vmi.status.clone().unwrap_or_default();
+
+    // The launcher pod: upstream's name, labels, annotations, resources.
+    let pod = env.launcher_pod(&vmi).await?;
+    let pod_name = pod.name_any();
+    assert!(
+        pod_name.starts_with("virt-launcher-vmi-ephemeral-")
+            && pod_name.len() == "virt-launcher-vmi-ephemeral-".len() + 5,
+        "{pod_name}"
+    );
+    let labels = pod.labels();
+    assert_eq!(labels.get("kubevirt.io").map(String::as_str), Some("virt-launcher"));
+    assert_eq!(labels.get("vm.kubevirt.io/name").map(String::as_str), Some("vmi-ephemeral"));
+    assert_eq!(labels.get("kubevirt.io/created-by"), vmi.uid().as_ref());
+    assert_eq!(labels.get("special").map(String::as_str), Some("vmi-ephemeral"), "VMI labels are copied");
+    let spec = pod.spec.clone().unwrap_or_default();
+    let compute = spec.containers.iter().find(|c| c.name == "compute").cloned().unwrap_or_default();
+    let requests = compute.resources.and_then(|r| r.requests).unwrap_or_default();
+    let memory = requests.get("memory").map(|q| q.0.clone()).unwrap_or_default();
+    let overhead: u64 =
+        pod.annotations().get("kubevirt.io/memory-overhead-bytes").and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(overhead > 200 << 20, "overhead {overhead}");
+    assert_eq!(memory, ((128u64 << 20) + overhead).to_string(), "memory request = guest + overhead");
+    assert_eq!(spec.node_selector.unwrap_or_default().get("kubevirt.io/schedulable").map(String::as_str), Some("true"));
+
+    // Status: node, IP = pod IP, conditions.
+    let pod_ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+    let ip = status.interfaces.as_ref().and_then(|i| i.first()).and_then(|i| i.ip_address.clone()).unwrap_or_default();
+    assert_eq!(ip, pod_ip);
+    assert_eq!(status.node_name.as_deref(), spec.node_name.as_deref());
+    assert_eq!(vmi.labels().get("kubevirt.io/nodeName"), status.node_name.as_ref());
+    assert_eq!(condition(&vmi, Type::LiveMigratable), Some(ConditionStatus::True), "masquerade is migratable");
+    let vmi = poll_object(&env.vmis(), "vmi-ephemeral", Duration::from_secs(30), |v: &VirtualMachineInstance| {
+        condition(v, Type::Ready) == Some(ConditionStatus::True)
+    })
+    .await?;
+    assert_eq!(vmi.phase(), Phase::Running);
+
+    // `kubectl get vmi` shows upstream's columns.
+    let table = env.kubectl(&["get", "vmi", "vmi-ephemeral"])?;
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "AGE", "PHASE", "IP", "NODENAME", "READY"], "{table}");
+    let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!((row[0], row[2], row[3], row[5]), ("vmi-ephemeral", "Running", ip.as_str(), "True"), "{table}");
+
+    // The guest itself: its marker on the serial console, its HTTP server through the masquerade binding.
+    env.wait_console(&pod_name, MARKER, BOOT_TIMEOUT).await?;
+    let to_marker = created.elapsed();
+    // The lease line follows the first marker once udhcpc is done.
+    let log = env.wait_console(&pod_name, "KUBEVIRT-RS-GUEST-IP eth0", BOOT_TIMEOUT).await?;
+    assert!(log.contains("KUBEVIRT-RS-GUEST-IP eth0 10.0.2.2/24"), "DHCP inside the pod gave 10.0.2.2:\n{log}");
+    let page = http_get(&ip).await?;
+    assert!(page.contains(MARKER), "{page}");
+    assert!(page.contains("addresses=10.0.2.2"), "the guest's own address is the masquerade one: {page}");
+    eprintln!("vmi-ephemeral: Running after {to_running:?}, marker after {to_marker:?}");
+
+    // Delete with grace 0: destroyed at once, pod and VMI gone.
+    env.vmis().delete("vmi-ephemeral", &DeleteParams::default()).await?;
+    env.wait_gone("vmi-ephemeral", Duration::from_secs(60)).await?;
+    env.ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn deleting_a_vmi_shuts_the_guest_down_by_acpi_within_the_grace_period() -> Result<()> {
+    let env = setup("vmi-acpi").await?;
+    let yaml = local_images(&upstream_example("vmi-ephemeral.yaml")?, &env.image)
+        .replace("name: vmi-ephemeral", "name: vmi-acpi")
+        .replace("terminationGracePeriodSeconds: 0", "terminationGracePeriodSeconds: 60");
+    env.kubectl_manifest("create", &yaml).map_err(Error::ClusterUp)?;
+    let vmi = env.wait_phase("vmi-acpi", Phase::Running, BOOT_TIMEOUT).await?;
+    let pod = env.launcher_pod(&vmi).await?.name_any();
+    env.wait_console(&pod, MARKER, BOOT_TIMEOUT).await?;
+    // Until the VMI is gone: the phase libvirt's state gave (a guest that powered itself off is Succeeded, a
+    // destroyed one Failed) and the console (the pod lingers a moment after the guest stopped).
+    let deleted = Instant::now();
+    env.vmis().delete("vmi-acpi", &DeleteParams::default()).await?;
+    let (mut phases, mut log) = (Vec::new(), String::new());
+    loop {
+        let vmi = env.vmis().get_opt("vmi-acpi").await?;
+        let pods = env.pods().list(&ListParams::default().labels("kubevirt.io=virt-launcher")).await?;
+        if let Some(p) = vmi.as_ref().map(|v| v.phase()).filter(|p| phases.last() != Some(p)) {
+            phases.push(p);
+        }
+        let console = env.console(&pod);
+        if console.len() > log.len() {
+            log = console;
+        }
+        if vmi.is_none() && pods.items.is_empty() {
+            break;
+        }
+        assert!(deleted.elapsed() < Duration::from_secs(90), "not gone after 90 s; phases {phases:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let took = deleted.elapsed();
+    assert!(phases.contains(&Phase::Succeeded), "the guest powered itself off: phases {phases:?}");
+    assert!(log.contains(POWEROFF), "the guest saw the ACPI power button:\n{log}");
+    assert!(took < Duration::from_secs(60), "gone within the grace period, took {took:?}");
+    env.ns.delete().await
+}
+
+impl Env {
+    /// The domain XML the launcher's libvirt runs for `vmi` (read inside the pod with its own virsh).
+    fn domain_xml(&self, pod: &str, vmi: &str) -> Result<String> {
+        let uri = contracts::kubevirt::launcher::SocketDir::in_pod().libvirt_uri();
+        let domain = contracts::kubevirt::launcher::domain_name(self.ns.name(), vmi);
+        self.kubectl(&["exec", pod, "-c", "compute", "--", "virsh", "-c", &uri, "dumpxml", &domain])
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn upstream_vmi_sata_nocloud_masquerade_and_migratable_boot() -> Result<()> {
+    let env = setup("vmi-examples").await?;
+    let names = ["vmi-sata", "vmi-nocloud", "vmi-masquerade", "vmi-migratable"];
+    for name in names {
+        env.apply_example(&format!("{name}.yaml"))?;
+    }
+    let mut pods = Vec::new();
+    for name in names {
+        let vmi = env.wait_phase(name, Phase::Running, BOOT_TIMEOUT).await?;
+        let pod = env.launcher_pod(&vmi).await?.name_any();
+        env.wait_console(&pod, "KUBEVIRT-RS-GUEST-IP eth0 10.0.2.2/24", BOOT_TIMEOUT).await?;
+        pods.push((name, vmi, pod));
+    }
+    for (name, vmi, pod) in &pods {
+        let xml = env.domain_xml(pod, name)?;
+        let ip = vmi
+            .status
+            .as_ref()
+            .and_then(|s| s.interfaces.as_ref())
+            .and_then(|i| i.first())
+            .and_then(|i| i.ip_address.clone())
+            .unwrap_or_default();
+        match *name {
+            "vmi-sata" => {
+                // No disks listed: the volume's disk is defaulted (virt-api) to SATA; no networks: the default
+                // interface (masquerade on this cluster) on the pod network.
+                assert!(xml.contains("bus='sata'"), "{xml}");
+                assert!(!xml.contains("bus='virtio'/>\n      <alias name='ua-containerdisk'"), "{xml}");
+                let page = http_get(&ip).await?;
+                assert!(page.contains("addresses=10.0.2.2"), "default masquerade interface: {page}");
+            }
+            "vmi-nocloud" => {
+                let log = env.wait_console(pod, "KUBEVIRT-RS-USERDATA-END", BOOT_TIMEOUT).await?;
+                assert!(log.contains("printed from cloud-init userdata"), "the user-data reached the guest:\n{log}");
+                assert!(log.contains("KUBEVIRT-RS-METADATA local-hostname=vmi-nocloud"), "{log}");
+                assert!(
+                    log.contains("KUBEVIRT-RS-USERDATA-BEGIN dev=/dev/vdb fs=iso9660"),
+                    "cloud-init ISO as the second virtio disk:\n{log}"
+                );
+                // The emptyDisk: a 2Gi qcow2 of the launcher's.
+                assert!(xml.contains("<alias name='ua-emptydisk'/>"), "{xml}");
+            }
+            "vmi-masquerade" => {
+                // Only port 80 is forwarded, and it reaches the guest's server.
+                let page = http_get(&ip).await?;
+                assert!(page.contains(MARKER) && page.contains("addresses=10.0.2.2"), "{page}");
+                // 1024M = 976562.5 KiB, which libvirt aligns up to whole MiB (977 MiB).
+                assert!(xml.contains("<memory unit='KiB'>1000448</memory>"), "1024M guest memory: {xml}");
+            }
+            _ => {
+                assert_eq!(condition(vmi, Type::LiveMigratable), Some(ConditionStatus::True));
+                let page = http_get(&ip).await?;
+                assert!(page.contains(MARKER), "{page}");
+            }
+        }
+    }
+    for name in names {
+        env.vmis().delete(name, &DeleteParams::default()).await?;
+    }
+    for name in names {
+        env.wait_gone(name, Duration::from_secs(90)).await?;
+    }
+    env.ns.delete().await
+}
