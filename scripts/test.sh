@@ -70,4 +70,6 @@ tests/cluster/install-deps.sh
   # serial console and its HTTP server through masquerade; then the failure modes. One at a time: 2 cores.
   step "VMIs boot on the cluster (issue 12)"
   cargo test -p vm-controller --test cluster -- --ignored --test-threads=1 || vmi_failed
+  step "VMI failure modes on the cluster (issue 12)"
+  cargo test -p vm-controller --test failures -- --ignored --test-threads=1 || vmi_failed
 )

@@ -46,3 +46,26 @@ pub async fn serve(addr: SocketAddr, health: Health) -> std::io::Result<SocketAd
     });
     Ok(bound)
 }
+
+/// What a controller process starts with ([`start`]).
+pub struct Process {
+    /// A client whose every request is counted in `metrics.api_requests`.
+    pub client: kube::Client,
+    /// The reconcile metrics, registered under the process's prefix.
+    pub metrics: crate::metrics::ReconcileMetrics,
+    /// `/readyz`'s flag (set by the leader election, or by the process itself).
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The start of every controller binary: the rustls provider, the metrics registry with `prefix`, the
+/// `/metrics` `/healthz` `/readyz` server on `addr`, and a client from the environment (in-cluster or kubeconfig)
+/// counting its API requests (the benchmarks report requests per object).
+pub async fn start(prefix: &str, addr: SocketAddr) -> anyhow::Result<Process> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let mut registry = Registry::with_prefix(prefix);
+    let metrics = crate::metrics::ReconcileMetrics::register(&mut registry);
+    let ready = Arc::new(AtomicBool::new(false));
+    serve(addr, Health { metrics: Arc::new(registry), ready: ready.clone() }).await?;
+    let client = crate::metrics::counted_client(kube::Config::infer().await?, metrics.api_requests.clone())?;
+    Ok(Process { client, metrics, ready })
+}

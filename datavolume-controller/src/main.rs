@@ -4,14 +4,11 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
 use controller_runtime::binary;
-use controller_runtime::health::{self, Health};
+use controller_runtime::health;
 use controller_runtime::leader::{LeaseSettings, run_as_leader};
-use controller_runtime::metrics::{ReconcileMetrics, Registry, counted_client};
 use datavolume_controller::context::Settings;
 
 #[derive(Parser, Debug)]
@@ -50,7 +47,6 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let namespace = args.namespace.clone().unwrap_or_else(|| binary::pod_namespace("cdi"));
     let settings = Settings {
         namespace: namespace.clone(),
@@ -59,13 +55,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         uploadserver_image: args.uploadserver_image,
         pull_policy: args.pull_policy,
     };
-    let mut registry = Registry::with_prefix("kubevirt_rs_datavolume_controller");
-    let metrics = ReconcileMetrics::register(&mut registry);
-    let ready = Arc::new(AtomicBool::new(false));
-    health::serve(args.metrics_addr, Health { metrics: Arc::new(registry), ready: ready.clone() }).await?;
-
-    // Count every API request (the benchmark reports requests per DataVolume).
-    let client = counted_client(kube::Config::infer().await?, metrics.api_requests.clone())?;
+    let health::Process { client, metrics, ready } =
+        health::start("kubevirt_rs_datavolume_controller", args.metrics_addr).await?;
     let lease = LeaseSettings {
         name: args.lease_name,
         namespace,

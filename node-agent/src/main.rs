@@ -4,13 +4,11 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use clap::Parser;
 use controller_runtime::binary;
-use controller_runtime::health::{self, Health};
-use controller_runtime::metrics::{ReconcileMetrics, Registry, counted_client};
+use controller_runtime::health;
 
 #[derive(Parser, Debug)]
 #[command(name = "node-agent", version, about = "Runs the VMIs of one node through their launcher pods' libvirt")]
@@ -30,12 +28,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let mut registry = Registry::with_prefix("kubevirt_rs_node_agent");
-    let metrics = ReconcileMetrics::register(&mut registry);
-    let ready = Arc::new(AtomicBool::new(false));
-    health::serve(args.metrics_addr, Health { metrics: Arc::new(registry), ready: ready.clone() }).await?;
-    let client = counted_client(kube::Config::infer().await?, metrics.api_requests.clone())?;
+    let health::Process { client, metrics, ready } = health::start("kubevirt_rs_node_agent", args.metrics_addr).await?;
     ready.store(true, Ordering::SeqCst);
     let instance = std::env::var("POD_NAME").ok();
     node_agent::agent::run(client, args.node_name, metrics, instance, binary::shutdown_signal()).await

@@ -4,14 +4,11 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
 use controller_runtime::binary;
-use controller_runtime::health::{self, Health};
+use controller_runtime::health;
 use controller_runtime::leader::{LeaseSettings, run_as_leader};
-use controller_runtime::metrics::{ReconcileMetrics, Registry, counted_client};
 use vm_controller::vmi::pod::PodSettings;
 
 #[derive(Parser, Debug)]
@@ -48,16 +45,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let namespace = args.namespace.clone().unwrap_or_else(|| binary::pod_namespace("kubevirt"));
     let settings = PodSettings { launcher_image: args.launcher_image, pull_policy: args.pull_policy };
-    let mut registry = Registry::with_prefix("kubevirt_rs_vm_controller");
-    let metrics = ReconcileMetrics::register(&mut registry);
-    let ready = Arc::new(AtomicBool::new(false));
-    health::serve(args.metrics_addr, Health { metrics: Arc::new(registry), ready: ready.clone() }).await?;
-
-    // Count every API request (the benchmark reports requests per VMI).
-    let client = counted_client(kube::Config::infer().await?, metrics.api_requests.clone())?;
+    let health::Process { client, metrics, ready } =
+        health::start("kubevirt_rs_vm_controller", args.metrics_addr).await?;
     let lease = LeaseSettings {
         name: args.lease_name,
         namespace,

@@ -14,127 +14,18 @@ use crds::kubevirt::VirtualMachineInstance;
 use crds::kubevirt::vmi::{
     ConditionStatus, VirtualMachineInstanceConditionType as Type, VirtualMachineInstancePhase as Phase,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
-use kube::{Client, ResourceExt};
-use kube_test_support::{Error, Result, TestCluster, TestNamespace, poll_object, poll_until};
-use stack_support::{StackOptions, deploy_stack, guest_containerdisk, local_images, upstream_example};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams};
+use kube_test_support::{Result, TestCluster, poll_object};
+use stack_support::vmi::{LEASE, MARKER, POWEROFF, VmiEnv, condition, http_get, vmi_ip};
+use stack_support::{StackOptions, deploy_stack, local_images, upstream_example};
 
-/// The guest's markers (`tests/guest/README.md`).
-const MARKER: &str = "KUBEVIRT-RS-GUEST-UP";
-const POWEROFF: &str = "KUBEVIRT-RS-GUEST-POWEROFF";
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 
-struct Env {
-    cluster: TestCluster,
-    client: Client,
-    ns: TestNamespace,
-    image: String,
-}
-
-async fn setup(prefix: &str) -> Result<Env> {
+async fn setup(prefix: &str) -> Result<VmiEnv> {
     let cluster = TestCluster::start_or_reuse().await?;
     deploy_stack(&cluster, &StackOptions::default()).await?;
-    let image =
-        tokio::task::spawn_blocking(guest_containerdisk).await.map_err(|e| Error::ClusterUp(e.to_string()))??;
-    let client = cluster.client().await?;
-    let ns = TestNamespace::create(&client, prefix).await?;
-    Ok(Env { cluster, client, ns, image })
-}
-
-impl Env {
-    fn vmis(&self) -> Api<VirtualMachineInstance> {
-        Api::namespaced(self.client.clone(), self.ns.name())
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), self.ns.name())
-    }
-
-    /// `kubectl <verb> -f` of `yaml` in the test namespace; the output, or the failure's stderr as an error.
-    fn kubectl_manifest(&self, verb: &str, yaml: &str) -> std::result::Result<String, String> {
-        let out = self.cluster.kubectl_with_manifest(&[verb, "-n", self.ns.name()], yaml).map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["-n", self.ns.name()];
-        full.extend_from_slice(args);
-        let out = self.cluster.kubectl(&full)?;
-        if !out.status.success() {
-            return Err(Error::ClusterUp(format!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// Applies upstream's example `file` with its containerDisk images rewritten to the test guest.
-    fn apply_example(&self, file: &str) -> Result<String> {
-        let yaml = local_images(&upstream_example(file)?, &self.image);
-        self.kubectl_manifest("create", &yaml).map_err(|e| Error::ClusterUp(format!("kubectl create {file}: {e}")))?;
-        Ok(yaml)
-    }
-
-    async fn wait_phase(&self, name: &str, want: Phase, timeout: Duration) -> Result<VirtualMachineInstance> {
-        poll_object(&self.vmis(), name, timeout, |v: &VirtualMachineInstance| v.phase() == want).await
-    }
-
-    /// The VMI's launcher pod.
-    async fn launcher_pod(&self, vmi: &VirtualMachineInstance) -> Result<Pod> {
-        let selector = format!("kubevirt.io/created-by={}", vmi.uid().unwrap_or_default());
-        let list = self.pods().list(&ListParams::default().labels(&selector)).await?;
-        list.items.into_iter().next().ok_or_else(|| Error::ClusterUp(format!("no launcher pod for {}", vmi.name_any())))
-    }
-
-    /// The guest's serial console so far.
-    fn console(&self, pod: &str) -> String {
-        self.kubectl(&["logs", pod, "-c", "guest-console-log"]).unwrap_or_default()
-    }
-
-    async fn wait_console(&self, pod: &str, needle: &str, timeout: Duration) -> Result<String> {
-        let what = format!("{needle} on the serial console of {pod}");
-        match poll_until(&what, timeout, || async {
-            let log = self.console(pod);
-            log.contains(needle).then_some(log)
-        })
-        .await
-        {
-            Ok(log) => Ok(log),
-            Err(e) => Err(Error::ClusterUp(format!("{e}\n--- console:\n{}", self.console(pod)))),
-        }
-    }
-
-    async fn wait_gone(&self, name: &str, timeout: Duration) -> Result<()> {
-        poll_until(&format!("VMI {name} and its pods to be gone"), timeout, || async {
-            let vmi = self.vmis().get_opt(name).await.ok()?;
-            let pods = self.pods().list(&ListParams::default().labels("kubevirt.io=virt-launcher")).await.ok()?;
-            (vmi.is_none()
-                && pods.items.iter().all(|p| p.labels().get("vm.kubevirt.io/name").map(String::as_str) != Some(name)))
-            .then_some(())
-        })
-        .await
-    }
-}
-
-/// GET http://<ip>/ from the host (the pod network is reachable from the node).
-async fn http_get(ip: &str) -> Result<String> {
-    let url = format!("http://{ip}:80/");
-    poll_until(&format!("{url} to answer"), Duration::from_secs(60), || async {
-        let out = tokio::process::Command::new("curl").args(["-fsS", "--max-time", "3", &url]).output().await.ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    })
-    .await
-}
-
-fn condition(vmi: &VirtualMachineInstance, t: Type) -> Option<ConditionStatus> {
-    vmi.status.as_ref()?.condition(&t).map(|c| c.status.clone())
+    VmiEnv::new(cluster, prefix).await
 }
 
 #[tokio::test]
@@ -172,7 +63,7 @@ async fn upstream_vmi_ephemeral_boots_with_upstreams_pod_and_serves_http_through
 
     // Status: node, IP = pod IP, conditions.
     let pod_ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
-    let ip = status.interfaces.as_ref().and_then(|i| i.first()).and_then(|i| i.ip_address.clone()).unwrap_or_default();
+    let ip = vmi_ip(&vmi);
     assert_eq!(ip, pod_ip);
     assert_eq!(status.node_name.as_deref(), spec.node_name.as_deref());
     assert_eq!(vmi.labels().get("kubevirt.io/nodeName"), status.node_name.as_ref());
@@ -214,7 +105,7 @@ async fn deleting_a_vmi_shuts_the_guest_down_by_acpi_within_the_grace_period() -
     let yaml = local_images(&upstream_example("vmi-ephemeral.yaml")?, &env.image)
         .replace("name: vmi-ephemeral", "name: vmi-acpi")
         .replace("terminationGracePeriodSeconds: 0", "terminationGracePeriodSeconds: 60");
-    env.kubectl_manifest("create", &yaml).map_err(Error::ClusterUp)?;
+    env.kubectl_manifest("create", &yaml)?;
     let vmi = env.wait_phase("vmi-acpi", Phase::Running, BOOT_TIMEOUT).await?;
     let pod = env.launcher_pod(&vmi).await?.name_any();
     env.wait_console(&pod, MARKER, BOOT_TIMEOUT).await?;
@@ -246,15 +137,6 @@ async fn deleting_a_vmi_shuts_the_guest_down_by_acpi_within_the_grace_period() -
     env.ns.delete().await
 }
 
-impl Env {
-    /// The domain XML the launcher's libvirt runs for `vmi` (read inside the pod with its own virsh).
-    fn domain_xml(&self, pod: &str, vmi: &str) -> Result<String> {
-        let uri = contracts::kubevirt::launcher::SocketDir::in_pod().libvirt_uri();
-        let domain = contracts::kubevirt::launcher::domain_name(self.ns.name(), vmi);
-        self.kubectl(&["exec", pod, "-c", "compute", "--", "virsh", "-c", &uri, "dumpxml", &domain])
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
 async fn upstream_vmi_sata_nocloud_masquerade_and_migratable_boot() -> Result<()> {
@@ -267,18 +149,12 @@ async fn upstream_vmi_sata_nocloud_masquerade_and_migratable_boot() -> Result<()
     for name in names {
         let vmi = env.wait_phase(name, Phase::Running, BOOT_TIMEOUT).await?;
         let pod = env.launcher_pod(&vmi).await?.name_any();
-        env.wait_console(&pod, "KUBEVIRT-RS-GUEST-IP eth0 10.0.2.2/24", BOOT_TIMEOUT).await?;
+        env.wait_console(&pod, LEASE, BOOT_TIMEOUT).await?;
         pods.push((name, vmi, pod));
     }
     for (name, vmi, pod) in &pods {
         let xml = env.domain_xml(pod, name)?;
-        let ip = vmi
-            .status
-            .as_ref()
-            .and_then(|s| s.interfaces.as_ref())
-            .and_then(|i| i.first())
-            .and_then(|i| i.ip_address.clone())
-            .unwrap_or_default();
+        let ip = vmi_ip(vmi);
         match *name {
             "vmi-sata" => {
                 // No disks listed: the volume's disk is defaulted (virt-api) to SATA; no networks: the default
@@ -317,6 +193,69 @@ async fn upstream_vmi_sata_nocloud_masquerade_and_migratable_boot() -> Result<()
         env.vmis().delete(name, &DeleteParams::default()).await?;
     }
     for name in names {
+        env.wait_gone(name, Duration::from_secs(90)).await?;
+    }
+    env.ns.delete().await
+}
+
+/// A DataVolume importing the test guest's containerDisk from the test registry (reached from pods through the
+/// node's NAT) into a `mode` claim.
+fn guest_datavolume(name: &str, image: &str, mode: &str) -> String {
+    let url = image.replace("127.0.0.1", kube_test_support::POD_GATEWAY);
+    format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  source:\n    registry:\n      url: \"docker://{url}\"\n  storage:\n    volumeMode: {mode}\n    resources: {{requests: {{storage: 256Mi}}}}\n"
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn upstream_vmi_pvc_boots_from_datavolumes_in_filesystem_and_block_mode() -> Result<()> {
+    let env = setup("vmi-pvc").await?;
+    // The test registry is plain HTTP: CDI must be told (the DataVolume tests' registry peer stays listed).
+    let registry = kube_test_support::pod_registry();
+    let insecure = format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDIConfig\nmetadata: {{name: config}}\nspec:\n  insecureRegistries: [\"{}:19500\", \"{registry}\"]\n",
+        kube_test_support::POD_GATEWAY
+    );
+    kube_test_support::apply_yaml(&env.client, "", &insecure).await?;
+    // The VMIs first: they wait in Pending for their DataVolumes (upstream's gating), then boot from them.
+    env.apply_example("vmi-pvc.yaml")?;
+    let block_vmi = local_images(&upstream_example("vmi-pvc.yaml")?, &env.image)
+        .replace("name: vmi-pvc", "name: vmi-pvc-block")
+        .replace("claimName: disk-alpine", "claimName: disk-alpine-block");
+    env.kubectl_manifest("create", &block_vmi)?;
+    let pending = poll_object(&env.vmis(), "vmi-pvc", Duration::from_secs(30), |v: &VirtualMachineInstance| {
+        condition(v, Type::Synchronized) == Some(ConditionStatus::False)
+    })
+    .await?;
+    assert_eq!(pending.phase(), Phase::Pending);
+    let sync = pending
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == Type::Synchronized))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(sync.reason.as_deref(), Some("FailedPvcNotFound"));
+    let expected = format!("PVC {}/disk-alpine does not exist, waiting for it to appear", env.ns.name());
+    assert_eq!(sync.message.as_deref(), Some(expected.as_str()));
+    for (name, mode) in [("disk-alpine", "Filesystem"), ("disk-alpine-block", "Block")] {
+        env.kubectl_manifest("create", &guest_datavolume(name, &env.image, mode))?;
+    }
+    for (vmi_name, mode) in [("vmi-pvc", "file"), ("vmi-pvc-block", "block")] {
+        let vmi = env.wait_phase(vmi_name, Phase::Running, Duration::from_secs(420)).await?;
+        let pod = env.launcher_pod(&vmi).await?.name_any();
+        env.wait_console(&pod, LEASE, BOOT_TIMEOUT).await?;
+        let xml = env.domain_xml(&pod, vmi_name)?;
+        assert!(xml.contains(&format!("<disk type='{mode}' device='disk'")), "{mode} disk: {xml}");
+        let ip = vmi_ip(&vmi);
+        let page = http_get(&ip).await?;
+        assert!(page.contains(MARKER), "{page}");
+        // PVCs that are not ReadWriteMany make the VMI not live-migratable, with upstream's reason.
+        assert_eq!(condition(&vmi, Type::LiveMigratable), Some(ConditionStatus::False));
+    }
+    for name in ["vmi-pvc", "vmi-pvc-block"] {
+        env.vmis().delete(name, &DeleteParams::default()).await?;
         env.wait_gone(name, Duration::from_secs(90)).await?;
     }
     env.ns.delete().await

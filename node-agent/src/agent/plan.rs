@@ -105,7 +105,8 @@ pub struct Observed<'a> {
     pub acpi_sent: bool,
     /// Software emulation (the cluster's `useEmulation`).
     pub use_emulation: bool,
-    /// Claims of PVC/DataVolume volumes that are not ReadWriteMany (they make the VMI not live-migratable).
+    /// Claims of PVC/DataVolume volumes that are not ReadWriteMany (they make the VMI not live-migratable); read
+    /// only when the guest has just started running.
     pub unshared_claims: Vec<String>,
     /// The current time.
     pub now: Time,
@@ -161,15 +162,23 @@ fn elapsed(since: &Time, now: &Time) -> Duration {
     Duration::from_secs(now.0.as_second().saturating_sub(since.0.as_second()).max(0).unsigned_abs())
 }
 
-/// The conversion context from what the launcher prepared.
-fn convert_context(prepared: &Prepared, use_emulation: bool) -> ConvertContext {
+/// The conversion context from what the launcher prepared: its PVC and DataVolume volumes are block devices
+/// when the launcher found them so, else `disk.img` files on a filesystem.
+fn convert_context(vmi: &VirtualMachineInstance, prepared: &Prepared, use_emulation: bool) -> ConvertContext {
     let mut ctx = ConvertContext::new(if use_emulation { Acceleration::Emulation } else { Acceleration::Kvm });
     for (volume, format) in &prepared.container_disk_formats {
         let f = if format == "raw" { ImageFormat::Raw } else { ImageFormat::Qcow2 };
         ctx = ctx.with_container_disk_format(volume, f);
     }
-    for volume in &prepared.block_volumes {
-        ctx = ctx.with_pvc_mode(volume, PvcVolumeMode::Block);
+    let claims =
+        vmi.spec.volumes.iter().flatten().filter(|v| v.persistent_volume_claim.is_some() || v.data_volume.is_some());
+    for volume in claims {
+        let mode = if prepared.block_volumes.contains(&volume.name) {
+            PvcVolumeMode::Block
+        } else {
+            PvcVolumeMode::Filesystem
+        };
+        ctx = ctx.with_pvc_mode(&volume.name, mode);
     }
     ctx.no_direct_io = prepared.no_direct_io.clone();
     if let Some(mtu) = prepared.pod_interface_mtu {
@@ -260,13 +269,14 @@ fn running(
     let now = &o.now;
     if status.phase.as_ref() != Some(&Phase::Running) {
         plan.events.push((false, event::STARTED.0, event::STARTED.1.to_owned()));
+        // Decided once, when the guest starts (the claims are read only then: `Observed::unshared_claims`).
+        status.set_condition(live_migratable(o), now);
     }
     status.set_phase(Phase::Running, now);
     status.interfaces = Some(interfaces(o)).filter(|i| !i.is_empty());
     if let Some(m) = machine {
         status.machine = Some(Machine { type_: Some(m.clone()), ..Default::default() });
     }
-    status.set_condition(live_migratable(o), now);
     if state == DomainState::Paused {
         let why = match reason {
             StateReason::User => reason::PAUSED_BY_USER,
@@ -337,7 +347,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 // Stopped before its domain existed.
                 fail(&mut status, &mut plan, "the VMI was stopped before its domain was started".into(), now);
             } else if phase == Phase::Scheduled {
-                match to_domain_xml(vmi, &convert_context(prepared, o.use_emulation)) {
+                match to_domain_xml(vmi, &convert_context(vmi, prepared, o.use_emulation)) {
                     Ok(xml) => {
                         plan.domain = Some(DomainOp::DefineAndStart(xml));
                         plan.events.push((false, event::CREATED.0, event::CREATED.1.to_owned()));
@@ -468,6 +478,28 @@ mod tests {
     }
 
     #[test]
+    fn claims_are_files_unless_the_launcher_found_block_devices() {
+        let mut v = vmi("Scheduled", 30);
+        v.spec.volumes = serde_json::from_value(json!([
+            {"name": "cd", "containerDisk": {"image": "guest:1"}},
+            {"name": "fs", "persistentVolumeClaim": {"claimName": "a"}},
+            {"name": "blk", "dataVolume": {"name": "b"}}
+        ]))
+        .ok();
+        v.spec.domain.devices.disks = serde_json::from_value(json!([
+            {"name": "cd", "disk": {"bus": "virtio"}}, {"name": "fs", "disk": {"bus": "virtio"}},
+            {"name": "blk", "disk": {"bus": "virtio"}}
+        ]))
+        .ok();
+        let LauncherView::Ready(mut prepared) = ready() else { unreachable!() };
+        prepared.block_volumes.insert("blk".into());
+        let p = plan(&observed(&v, LauncherView::Ready(prepared), DomainView::Absent, 0));
+        let Some(DomainOp::DefineAndStart(xml)) = &p.domain else { panic!("{:?} {:?}", p.domain, p.status) };
+        assert!(xml.contains(&launcher::pvc_disk("fs")), "{xml}");
+        assert!(xml.contains(&launcher::pvc_device("blk")), "{xml}");
+    }
+
+    #[test]
     fn running_comes_from_libvirt_with_interfaces_machine_and_conditions() {
         let v = vmi("Scheduled", 30);
         let p = plan(&observed(&v, ready(), present(DomainState::Running, StateReason::Booted), 0));
@@ -572,5 +604,10 @@ mod tests {
         let lm = s.as_ref().and_then(|s| s.condition(&Type::LiveMigratable)).cloned().unwrap_or_default();
         assert_eq!(lm.reason.as_deref(), Some("DisksNotLiveMigratable"));
         assert!(lm.message.unwrap_or_default().contains("PVC disk-alpine is not shared"));
+        // Later polls of the running guest (claims not read again) keep the decision.
+        let mut running = v.clone();
+        running.status = s;
+        let again = plan(&observed(&running, ready(), present(DomainState::Running, StateReason::Booted), 5));
+        assert!(again.status.is_none(), "nothing changes: {:?}", again.status);
     }
 }

@@ -16,6 +16,7 @@
 
 #![deny(missing_docs)]
 
+use std::ffi::OsStr;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -318,13 +319,20 @@ impl TestCluster {
 /// busybox and their shared libraries, pushes it to the cluster registry and returns its reference
 /// (`tests/cluster/image-from-binaries`). Binaries are in `/usr/local/bin`, which is on `PATH`.
 pub fn push_image_from_binaries(name_tag: &str, binaries: &[&Path]) -> Result<String> {
-    let script = cluster_script_dir().join("image-from-binaries");
-    let mut cmd = Command::new(&script);
-    cmd.arg(name_tag).args(binaries);
+    let mut args: Vec<&OsStr> = vec![OsStr::new(name_tag)];
+    args.extend(binaries.iter().map(|b| b.as_os_str()));
+    run_image_script(&cluster_script_dir().join("image-from-binaries"), &args, name_tag)
+}
+
+/// Runs an image-building script with `args` and returns its trimmed stdout (the image reference or directory
+/// it prints); a failure is [`Error::Image`] for `what`, with the script's stderr.
+pub fn run_image_script(script: &Path, args: &[&OsStr], what: &str) -> Result<String> {
+    let mut cmd = Command::new(script);
+    cmd.args(args);
     let out = cmd.output().map_err(|source| Error::Command { cmd: format!("{cmd:?}"), source })?;
     if !out.status.success() {
         return Err(Error::Image {
-            name: name_tag.to_owned(),
+            name: what.to_owned(),
             message: format!(
                 "{} exited with {}: {}",
                 script.display(),

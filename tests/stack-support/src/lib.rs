@@ -10,8 +10,9 @@
 
 #![deny(missing_docs)]
 
+pub mod vmi;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -68,21 +69,8 @@ pub struct StackImages {
 }
 
 fn run_script(script: &Path, args: &[&str], what: &str) -> Result<String> {
-    let mut cmd = Command::new(script);
-    cmd.args(args);
-    let out = cmd.output().map_err(|source| Error::Command { cmd: format!("{cmd:?}"), source })?;
-    if !out.status.success() {
-        return Err(Error::Image {
-            name: what.to_owned(),
-            message: format!(
-                "{} exited with {}: {}",
-                script.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    kube_test_support::run_image_script(script, &args, what)
 }
 
 static IMAGES: OnceLock<Mutex<Option<Result<KubevirtImages, String>>>> = OnceLock::new();
