@@ -20,7 +20,7 @@ use crate::reaper::Reaper;
 pub const DEFAULT_GRACE_SECS: u64 = 30;
 
 /// How long one virsh call may take.
-const VIRSH_TIMEOUT: Duration = Duration::from_secs(15);
+pub const VIRSH_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How often the domain's state is read while it shuts down.
 const POLL: Duration = Duration::from_millis(250);
@@ -87,6 +87,21 @@ pub struct Virsh {
 }
 
 impl Virsh {
+    /// Starts `virsh <args>` in the background with its output discarded; the caller awaits (or drops, which
+    /// kills) the child.
+    pub fn spawn_quiet(&self, reaper: &Reaper, args: &[&str]) -> io::Result<crate::reaper::OwnedChild> {
+        let mut cmd = Command::new(&self.program);
+        cmd.arg("-q")
+            .arg("-c")
+            .arg(&self.uri)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        reaper.spawn(&mut cmd)
+    }
+
     async fn run(&self, reaper: &Reaper, args: &[&str]) -> Result<String, Error> {
         let command = format!("{} -c {} {}", self.program.display(), self.uri, args.join(" "));
         let mut cmd = Command::new(&self.program);
