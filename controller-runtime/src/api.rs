@@ -49,3 +49,46 @@ where
     }
     Ok(())
 }
+
+/// How [`retry_on_conflict`] ended.
+#[derive(Debug)]
+pub enum Retried<T, E> {
+    /// An attempt returned this (a success, or an error that is not a conflict).
+    Done(Result<T, E>),
+    /// The object was gone when it was read again.
+    Gone,
+    /// Reading it again failed.
+    ReadFailed(kube::Error),
+    /// Every attempt ended in a conflict.
+    Exhausted,
+}
+
+/// Runs `attempt` on `object` and, each time it fails with a conflict (HTTP 409 on a write with the
+/// resourceVersion that was read, `is_conflict` tells), again on a fresh copy of `name` read from `api`: at most
+/// `attempts` attempts in all. For reconcilers that replace objects without a status subresource, where a
+/// concurrent writer makes the update fail and the reconcile must start over from what the API server has.
+pub async fn retry_on_conflict<K, T, E, Fut>(
+    api: &Api<K>,
+    name: &str,
+    object: K,
+    attempts: usize,
+    is_conflict: impl Fn(&E) -> bool,
+    mut attempt: impl FnMut(K) -> Fut,
+) -> Retried<T, E>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut current = object;
+    for _ in 0..attempts {
+        match attempt(current).await {
+            Err(e) if is_conflict(&e) => match api.get(name).await {
+                Ok(fresh) => current = fresh,
+                Err(e) if is_not_found(&e) => return Retried::Gone,
+                Err(e) => return Retried::ReadFailed(e),
+            },
+            other => return Retried::Done(other),
+        }
+    }
+    Retried::Exhausted
+}

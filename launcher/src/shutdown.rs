@@ -15,6 +15,7 @@ use controller_runtime::limits::{first_lines, without_message};
 use tokio::process::Command;
 
 use crate::reaper::Reaper;
+use crate::tool;
 
 /// The grace period when the spec gives none (upstream's default).
 pub const DEFAULT_GRACE_SECS: u64 = 30;
@@ -25,26 +26,12 @@ pub const VIRSH_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often the domain's state is read while it shuts down.
 const POLL: Duration = Duration::from_millis(250);
 
-/// A virsh call that did not succeed.
+/// A virsh call that did not succeed: as any tool run ([`tool::Error`]: could not start, failed), or too slow.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// virsh could not be started.
-    #[error("cannot run `{command}`")]
-    Spawn {
-        /// The command line.
-        command: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// It failed.
-    #[error("`{command}` failed: {detail}")]
-    Failed {
-        /// The command line.
-        command: String,
-        /// What it said.
-        detail: String,
-    },
+    /// It could not be started or it failed.
+    #[error(transparent)]
+    Tool(#[from] tool::Error),
     /// It did not return in time.
     #[error("`{command}` did not return within {} s", VIRSH_TIMEOUT.as_secs())]
     Timeout {
@@ -113,10 +100,11 @@ impl Virsh {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let child = reaper.spawn(&mut cmd).map_err(|source| Error::Spawn { command: command.clone(), source })?;
+        let spawn = |command, source| Error::Tool(tool::Error::Spawn { command, source });
+        let child = reaper.spawn(&mut cmd).map_err(|source| spawn(command.clone(), source))?;
         let out = match tokio::time::timeout(VIRSH_TIMEOUT, child.output()).await {
             Ok(Ok(out)) => out,
-            Ok(Err(source)) => return Err(Error::Spawn { command, source }),
+            Ok(Err(source)) => return Err(spawn(command, source)),
             Err(_) => return Err(Error::Timeout { command }),
         };
         if out.status.success() {
@@ -124,7 +112,7 @@ impl Virsh {
         }
         let detail =
             Some(first_lines(&out.stderr)).filter(|d| !d.is_empty()).unwrap_or_else(|| without_message(out.status));
-        Err(Error::Failed { command, detail })
+        Err(tool::Error::Failed { command, detail }.into())
     }
 
     /// The state of `domain`.

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use contracts::kubevirt::consts::{READINESS_GATE_UNPAUSED, label};
 use contracts::kubevirt::launcher::{Prepared, SocketDir, domain_name};
-use controller_runtime::api::{is_conflict, is_not_found};
+use controller_runtime::api::{Retried, is_conflict, is_not_found, retry_on_conflict};
 use controller_runtime::events::{Events, Severity};
 use controller_runtime::metrics::ReconcileMetrics;
 use controller_runtime::policy::{Classify, ErrorPolicy, Retry, retry_of};
@@ -131,18 +131,14 @@ async fn reconcile_with_retries(vmi: &VirtualMachineInstance, ctx: &Context) -> 
     let ns = vmi.namespace().unwrap_or_default();
     let name = vmi.name_any();
     let api: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut current = vmi.clone();
-    for _ in 0..CONFLICT_RETRIES {
-        match reconcile_once(&current, ctx).await {
-            Err(Error::Kube { source, .. }) if is_conflict(&source) => match api.get(&name).await {
-                Ok(fresh) => current = fresh,
-                Err(e) if is_not_found(&e) => return Ok(Requeue::await_change()),
-                Err(e) => return Err(kube_err(format!("reading VMI {ns}/{name}"))(e)),
-            },
-            other => return other,
-        }
+    let conflict = |e: &Error| matches!(e, Error::Kube { source, .. } if is_conflict(source));
+    let attempt = |v: VirtualMachineInstance| async move { reconcile_once(&v, ctx).await };
+    match retry_on_conflict(&api, &name, vmi.clone(), CONFLICT_RETRIES, conflict, attempt).await {
+        Retried::Done(r) => r,
+        Retried::Gone => Ok(Requeue::await_change()),
+        Retried::ReadFailed(e) => Err(kube_err(format!("reading VMI {ns}/{name}"))(e)),
+        Retried::Exhausted => Err(Error::Conflict(format!("{ns}/{name}"))),
     }
-    Err(Error::Conflict(format!("{ns}/{name}")))
 }
 
 /// The VMI's launcher pod on this node: the `activePods` entry for this node, from the cache.

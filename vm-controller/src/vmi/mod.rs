@@ -19,7 +19,7 @@ pub mod status;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use controller_runtime::api::{delete_if_present, is_conflict, is_not_found};
+use controller_runtime::api::{Retried, delete_if_present, is_conflict, retry_on_conflict};
 use crds::cdi::datavolume::{ConditionStatus as DvStatus, ConditionType as DvCondition, DataVolume, DataVolumePhase};
 use crds::kubevirt::VirtualMachineInstance;
 use crds::kubevirt::vmi::{ConditionStatus, VirtualMachineInstancePhase as Phase};
@@ -62,18 +62,14 @@ fn vmis(ctx: &Context, ns: &str) -> Api<VirtualMachineInstance> {
 async fn reconcile_with_retries(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<Requeue> {
     let ns = vmi.namespace().unwrap_or_default();
     let name = vmi.name_any();
-    let mut current = vmi.clone();
-    for _ in 0..CONFLICT_RETRIES {
-        match reconcile_once(&current, ctx).await {
-            Err(Error::Kube { source, .. }) if is_conflict(&source) => match vmis(ctx, &ns).get(&name).await {
-                Ok(fresh) => current = fresh,
-                Err(e) if is_not_found(&e) => return Ok(Requeue::await_change()),
-                Err(e) => return Err(kube(format!("reading VMI {ns}/{name}"))(e)),
-            },
-            other => return other,
-        }
+    let conflict = |e: &Error| matches!(e, Error::Kube { source, .. } if is_conflict(source));
+    let attempt = |v: VirtualMachineInstance| async move { reconcile_once(&v, ctx).await };
+    match retry_on_conflict(&vmis(ctx, &ns), &name, vmi.clone(), CONFLICT_RETRIES, conflict, attempt).await {
+        Retried::Done(r) => r,
+        Retried::Gone => Ok(Requeue::await_change()),
+        Retried::ReadFailed(e) => Err(kube(format!("reading VMI {ns}/{name}"))(e)),
+        Retried::Exhausted => Err(Error::Conflict(format!("{ns}/{name}"))),
     }
-    Err(Error::Conflict(format!("{ns}/{name}")))
 }
 
 /// The launcher pods of `vmi` from the cache, oldest first.
