@@ -6,11 +6,16 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/kubevirt-rs/target}
 export CARGO_TERM_COLOR=never
+# Incremental compilation only pays for edit-compile loops; here it would add gigabytes per checkout.
+export CARGO_INCREMENTAL=0
 
 step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 
 step "install system packages"
 scripts/install-deps.sh
+
+step "prune the cargo caches (disk)"
+scripts/prune-target.sh "$CARGO_TARGET_DIR" "${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}"
 
 step "format and lints"
 cargo fmt --all --check
@@ -44,6 +49,12 @@ tests/guest/check.sh
 # Then the CDI stack on it (issues 5 and 6): DataVolumes end to end, the upload path and virtctl.
 step "cluster tests (issues 4, 5, 6)"
 tests/cluster/install-deps.sh
+# The kubelet reports DiskPressure (and evicts pods, deletes images) below 1% free; say so instead of timing out.
+free_gib=$(df -P -BG "${TMPDIR:-/tmp}" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+if [ "$free_gib" -lt 8 ]; then
+  echo "only ${free_gib} GiB free on the disk of ${TMPDIR:-/tmp}: the test cluster needs 8 GiB (images, volumes, guests)" >&2
+  exit 1
+fi
 (
   trap 'tests/cluster/down || true' EXIT
   trap 'exit 130' INT TERM
