@@ -83,4 +83,8 @@ fi
   cargo test -p vm-controller --test cluster -- --ignored --test-threads=1 || vmi_failed
   step "VMI failure modes on the cluster (issue 12)"
   cargo test -p vm-controller --test failures -- --ignored --test-threads=1 || vmi_failed
+  # VirtualMachines (issue 13): run strategies, start/stop requests, crash-loop back-off, dataVolumeTemplates,
+  # RestartRequired, admission; every start proven by a fresh boot marker on the guest's console.
+  step "VirtualMachines on the cluster (issue 13)"
+  cargo test -p vm-controller --test vm -- --ignored --test-threads=1 || vmi_failed
 )

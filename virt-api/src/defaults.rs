@@ -112,6 +112,15 @@ pub fn uuid_v4(mut b: [u8; 16]) -> String {
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
+/// What upstream's VM mutator defaults in a VM (or VMIRS) template before the template is validated: the
+/// architecture (the cluster's default) and the machine type for it.
+pub fn default_template_spec(spec: &mut VirtualMachineInstanceSpec, config: &Config) {
+    if spec.architecture.as_deref().unwrap_or_default().is_empty() {
+        spec.architecture = Some(config.default_architecture.as_str().into());
+    }
+    set_machine_type(spec, config);
+}
+
 /// The VMI as upstream's mutator leaves it on CREATE (see the [module docs](self) for the steps).
 pub fn default_vmi(
     vmi: &VirtualMachineInstance,
@@ -122,10 +131,7 @@ pub fn default_vmi(
     let spec = &mut vmi.spec;
     canonicalize_quantities(spec);
     // SetDefaultVirtualMachineInstanceSpec
-    if spec.architecture.as_deref().unwrap_or_default().is_empty() {
-        spec.architecture = Some(config.default_architecture.as_str().into());
-    }
-    set_machine_type(spec, config);
+    default_template_spec(spec, config);
     set_resource_requests(spec, config);
     set_guest_memory(spec);
     set_cpu_topology(spec);

@@ -1,17 +1,20 @@
-//! The three VMI webhooks as functions from an `AdmissionReview` request body to the response review (upstream's
+//! The VMI webhooks and the VM validator as functions from an `AdmissionReview` request body to the response review (upstream's
 //! `VMIsMutator`, `VMICreateAdmitter`, `VMIUpdateAdmitter`), independent of HTTP:
 //!
 //! * [`Webhook::Mutate`]: CREATE → [`default_vmi`], answered with a JSON patch from the request object to the
 //!   defaulted one; UPDATE → status edits by anyone but KubeVirt's components are reverted (patch back to the old
 //!   status);
 //! * [`Webhook::ValidateCreate`] / [`Webhook::ValidateUpdate`] → [`validate_create`] / [`validate_update`], refused
-//!   with upstream's `Status` ([`invalid_status`]).
+//!   with upstream's `Status` ([`invalid_status`]);
+//! * [`Webhook::ValidateVm`] → [`validate_vm`] (VM CREATE and UPDATE), admitted with upstream's deprecation
+//!   warning for `spec.running`; [`Webhook::ValidateReplicaSet`] → [`validate_replicaset`].
 //!
 //! A request that cannot be read (not JSON, not a review, another resource, an undecodable VMI) is answered as
 //! upstream does: not allowed, code 400, the decoding error as the message.
 
 use contracts::kubevirt::consts::{GROUP, VERSIONS, webhook};
 use crds::kubevirt::vmi::VirtualMachineInstance;
+use crds::kubevirt::{VirtualMachine, VirtualMachineInstanceReplicaSet};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, Status};
 use serde_json::Value;
@@ -19,10 +22,15 @@ use serde_json::Value;
 use crate::cause::{error_status, invalid_status};
 use crate::config::{Config, User};
 use crate::defaults::{Fresh, default_vmi};
+use crate::validate::vm::{WARN_RUNNING_DEPRECATED, validate_replicaset, validate_vm};
 use crate::validate::{invalid_quantity, semantically_equal, validate_create, validate_update};
 
-/// The resource the webhooks serve.
+/// The resource the VMI webhooks serve.
 pub const RESOURCE: &str = "virtualmachineinstances";
+/// The resource the VM webhook serves.
+pub const VM_RESOURCE: &str = "virtualmachines";
+/// The resource the VMIRS webhook serves.
+pub const VMIRS_RESOURCE: &str = "virtualmachineinstancereplicasets";
 
 /// One of the VMI webhooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,11 +41,21 @@ pub enum Webhook {
     ValidateCreate,
     /// `virtualmachineinstances-update-validator.kubevirt.io`.
     ValidateUpdate,
+    /// `virtualmachine-validator.kubevirt.io` (VM CREATE and UPDATE).
+    ValidateVm,
+    /// `virtualmachinereplicaset-validator.kubevirt.io` (VMIRS CREATE and UPDATE).
+    ValidateReplicaSet,
 }
 
 impl Webhook {
     /// Every webhook.
-    pub const ALL: [Webhook; 3] = [Webhook::Mutate, Webhook::ValidateCreate, Webhook::ValidateUpdate];
+    pub const ALL: [Webhook; 5] = [
+        Webhook::Mutate,
+        Webhook::ValidateCreate,
+        Webhook::ValidateUpdate,
+        Webhook::ValidateVm,
+        Webhook::ValidateReplicaSet,
+    ];
 
     /// The HTTPS path it is served on.
     pub fn path(&self) -> &'static str {
@@ -45,6 +63,8 @@ impl Webhook {
             Webhook::Mutate => webhook::VMI_MUTATE_PATH,
             Webhook::ValidateCreate => webhook::VMI_VALIDATE_CREATE_PATH,
             Webhook::ValidateUpdate => webhook::VMI_VALIDATE_UPDATE_PATH,
+            Webhook::ValidateVm => webhook::VM_VALIDATE_PATH,
+            Webhook::ValidateReplicaSet => webhook::VMIRS_VALIDATE_PATH,
         }
     }
 
@@ -54,6 +74,17 @@ impl Webhook {
             Webhook::Mutate => webhook::VMI_MUTATOR,
             Webhook::ValidateCreate => webhook::VMI_CREATE_VALIDATOR,
             Webhook::ValidateUpdate => webhook::VMI_UPDATE_VALIDATOR,
+            Webhook::ValidateVm => webhook::VM_VALIDATOR,
+            Webhook::ValidateReplicaSet => webhook::VMIRS_VALIDATOR,
+        }
+    }
+
+    /// The resource it admits.
+    pub fn resource(&self) -> &'static str {
+        match self {
+            Webhook::ValidateVm => VM_RESOURCE,
+            Webhook::ValidateReplicaSet => VMIRS_RESOURCE,
+            _ => RESOURCE,
         }
     }
 
@@ -92,6 +123,11 @@ pub fn review(webhook: Webhook, body: &[u8], config: &Config, fresh: impl FnOnce
     let raw_request = raw.get("request").cloned().unwrap_or(Value::Null);
     let answer = match answer(webhook, &request, &raw_request, config, fresh) {
         Ok(Answer::Allow) => response,
+        Ok(Answer::Warn(warnings)) => {
+            let mut r = response;
+            r.warnings = Some(warnings);
+            r
+        }
         Ok(Answer::Patch(patch)) => match response.clone().with_patch(patch) {
             Ok(r) => r,
             Err(e) => refused(response, error_status(e.to_string())),
@@ -123,6 +159,7 @@ fn to_value(response: AdmissionResponse) -> Value {
 
 enum Answer {
     Allow,
+    Warn(Vec<String>),
     Patch(json_patch::Patch),
     Deny(Box<Status>),
 }
@@ -165,8 +202,9 @@ fn answer(
     fresh: impl FnOnce() -> Fresh,
 ) -> Result<Answer, Box<Status>> {
     let gvr = &request.resource;
-    if gvr.group != GROUP || gvr.resource != RESOURCE || !VERSIONS.contains(&gvr.version.as_str()) {
-        return Err(Box::new(error_status(format!("expect resource to be '{RESOURCE}'"))));
+    let resource = webhook.resource();
+    if gvr.group != GROUP || gvr.resource != resource || !VERSIONS.contains(&gvr.version.as_str()) {
+        return Err(Box::new(error_status(format!("expect resource to be '{resource}'"))));
     }
     let user = user(request);
     match (webhook, &request.operation) {
@@ -201,6 +239,33 @@ fn answer(
             let (_, new) = object(raw_request, "object")?;
             let (_, old) = object(raw_request, "oldObject")?;
             let causes = validate_update(&old, &new, config, &user);
+            Ok(if causes.is_empty() { Answer::Allow } else { Answer::Deny(Box::new(invalid_status(&causes))) })
+        }
+        (Webhook::ValidateVm, Operation::Create | Operation::Update) => {
+            let mut raw = raw_request.get("object").cloned().unwrap_or(Value::Null);
+            strip_nulls(&mut raw);
+            let vm: VirtualMachine = serde_json::from_value(raw).map_err(|e| Box::new(error_status(e.to_string())))?;
+            if let Some(message) = vm.spec.template.spec.as_ref().and_then(invalid_quantity) {
+                return Err(Box::new(error_status(message)));
+            }
+            let causes = validate_vm(&vm, config, &user);
+            Ok(if !causes.is_empty() {
+                Answer::Deny(Box::new(invalid_status(&causes)))
+            } else if vm.spec.running.is_some() {
+                Answer::Warn(vec![WARN_RUNNING_DEPRECATED.to_owned()])
+            } else {
+                Answer::Allow
+            })
+        }
+        (Webhook::ValidateReplicaSet, Operation::Create | Operation::Update) => {
+            let mut raw = raw_request.get("object").cloned().unwrap_or(Value::Null);
+            strip_nulls(&mut raw);
+            let rs: VirtualMachineInstanceReplicaSet =
+                serde_json::from_value(raw).map_err(|e| Box::new(error_status(e.to_string())))?;
+            if let Some(message) = rs.spec.template.spec.as_ref().and_then(invalid_quantity) {
+                return Err(Box::new(error_status(message)));
+            }
+            let causes = validate_replicaset(&rs, config, &user);
             Ok(if causes.is_empty() { Answer::Allow } else { Answer::Deny(Box::new(invalid_status(&causes))) })
         }
         _ => Ok(Answer::Allow),

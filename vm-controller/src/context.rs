@@ -5,6 +5,7 @@ use controller_runtime::events::Events;
 use controller_runtime::metrics::ReconcileMetrics;
 use controller_runtime::policy::ErrorPolicy;
 use crds::cdi::datavolume::DataVolume;
+use crds::kubevirt::VirtualMachineInstance;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::runtime::reflector::Store;
@@ -20,6 +21,8 @@ pub struct Stores {
     pub pvcs: Store<PersistentVolumeClaim>,
     /// Every DataVolume.
     pub data_volumes: Store<DataVolume>,
+    /// Every VMI (fed by the VM controller's own VMI watch).
+    pub vmis: Store<VirtualMachineInstance>,
 }
 
 /// Everything a reconcile needs.
@@ -30,7 +33,7 @@ pub struct Context {
     pub settings: PodSettings,
     /// Read caches.
     pub stores: Stores,
-    /// Events on VMIs.
+    /// Events on VMIs and VMs.
     pub events: Events,
     /// Reconcile metrics.
     pub metrics: ReconcileMetrics,

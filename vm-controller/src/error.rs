@@ -15,7 +15,7 @@ pub enum Error {
         source: kube::Error,
     },
     /// The VMI changed since it was read (HTTP 409 on the update) and kept changing over every retry.
-    #[error("VMI {0} kept changing while it was being updated")]
+    #[error("{0} kept changing while it was being updated")]
     Conflict(String),
 }
 

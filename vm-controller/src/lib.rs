@@ -1,20 +1,26 @@
-//! The VirtualMachineInstance controller (`kubevirt.io/v1`; upstream virt-controller's VMI part): every VMI gets
-//! its virt-launcher pod, and the pod's progress becomes the VMI's phase and conditions up to the hand-over to
-//! the node agent (`specs/kubevirt.md` §2.7, §2.8).
+//! KubeVirt's virt-controller (`kubevirt.io/v1`): the VirtualMachine controller runs each VM's VMI by its run
+//! strategy and creates its DataVolumes (`specs/kubevirt.md` §1); the VirtualMachineInstanceReplicaSet controller
+//! keeps N VMIs (§4); the VirtualMachineInstance controller gives every
+//! VMI its virt-launcher pod, and the pod's progress becomes the VMI's phase and conditions up to the hand-over to
+//! the node agent (§2.7, §2.8).
 //!
 //! ```text
+//! VMIRS ─[replicaset]─► N VMIs (generateName), finished ones replaced
+//! VM ─[vm]─► DataVolumes (dataVolumeTemplates), ControllerRevision + VMI (same name) ─► status.printableStatus …
 //! VMI ─[vmi]─► virt-launcher pod (vmi::pod) ─kubelet─► compute container ready ─► Scheduled ─► node agent
 //!  ▲                                         │
 //!  └── phase, conditions, nodeName ◄─────────┘ (vmi::status reads the pod, vmi::plan decides)
 //! ```
 //!
-//! One reconciler, shaped read → plan (pure, [`vmi::plan`]) → apply → status. Every read comes from watch
-//! caches; the process plumbing (lease, caches, health server, error policy) is `controller-runtime`'s.
+//! Three reconcilers, each shaped read → plan (pure: [`vm::plan`], [`replicaset::plan`], [`vmi::plan`]) → apply → status. Every read comes
+//! from watch caches; the process plumbing (lease, caches, health server, error policy) is `controller-runtime`'s.
 
 #![deny(missing_docs)]
 
 pub mod context;
 pub mod error;
+pub mod replicaset;
+pub mod vm;
 pub mod vmi;
 
 use std::future::Future;
@@ -25,7 +31,7 @@ use controller_runtime::metrics::ReconcileMetrics;
 use controller_runtime::policy::ErrorPolicy;
 use controller_runtime::store::{reflect, reflect_stream, wait_ready};
 use crds::cdi::datavolume::DataVolume;
-use crds::kubevirt::VirtualMachineInstance;
+use crds::kubevirt::{VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceReplicaSet};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::runtime::controller::Controller;
@@ -35,7 +41,7 @@ use kube::{Api, Client};
 use crate::context::{Context, Stores};
 use crate::vmi::pod::PodSettings;
 
-/// Runs the VMI reconciler until `shutdown` resolves (graceful: in-flight reconciles finish). `instance` names
+/// Runs the VM and VMI reconcilers until `shutdown` resolves (graceful: in-flight reconciles finish). `instance` names
 /// this replica in events.
 pub async fn run_controllers(
     client: Client,
@@ -50,10 +56,14 @@ pub async fn run_controllers(
     // triggers sees that change.
     let (pods, pod_events) = reflect_stream(Api::<Pod>::all(client.clone()), all().labels(&selector));
     let pod_events = pod_events.boxed();
+    // Likewise the VMIs' store, fed by the VM controller's VMI watch.
+    let (vmis, vmi_events) = reflect_stream(Api::<VirtualMachineInstance>::all(client.clone()), all());
+    let vmi_events = vmi_events.boxed();
     let stores = Stores {
         pods,
         pvcs: reflect(Api::<PersistentVolumeClaim>::all(client.clone()), all()),
         data_volumes: reflect(Api::<DataVolume>::all(client.clone()), all()),
+        vmis,
     };
     wait_ready(&stores.pvcs, "PVCs").await?;
     wait_ready(&stores.data_volumes, "DataVolumes").await?;
@@ -65,13 +75,29 @@ pub async fn run_controllers(
         metrics,
         policy: ErrorPolicy::new(vmi::CONTROLLER),
     });
-    let controller = Controller::new(Api::<VirtualMachineInstance>::all(client.clone()), all()).owns_stream(pod_events);
-    // The pod store fills as the controller drives its stream; reconciles wait for its first complete list.
-    tracing::info!("VMI controller running");
-    controller
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let vmi_controller =
+        Controller::new(Api::<VirtualMachineInstance>::all(client.clone()), all()).owns_stream(pod_events);
+    // A VM's VMI and DataVolumes carry it as controller; PVCs are read from the cache (their binding shows in the
+    // DataVolume's phase, which triggers).
+    let vm_controller = Controller::new(Api::<VirtualMachine>::all(client.clone()), all())
+        .owns_stream(vmi_events)
+        .owns(Api::<DataVolume>::all(client.clone()), all());
+    // The pod and VMI stores fill as the controllers drive their streams; reconciles wait for their first lists.
+    tracing::info!("VM, VMIRS and VMI controllers running");
+    let vmis = vmi_controller
+        .graceful_shutdown_on(shutdown.clone())
+        .run(vmi::reconcile, vmi::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    let vms = vm_controller
+        .graceful_shutdown_on(shutdown.clone())
+        .run(vm::reconcile, vm::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    let sets = Controller::new(Api::<VirtualMachineInstanceReplicaSet>::all(client.clone()), all())
+        .owns(Api::<VirtualMachineInstance>::all(client.clone()), all())
         .graceful_shutdown_on(shutdown)
-        .run(vmi::reconcile, vmi::error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .run(replicaset::reconcile, replicaset::error_policy, ctx)
+        .for_each(|_| futures::future::ready(()));
+    futures::future::join3(vmis, vms, sets).await;
     Ok(())
 }

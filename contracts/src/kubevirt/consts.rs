@@ -221,6 +221,14 @@ pub mod webhook {
     pub const VMI_VALIDATE_CREATE_PATH: &str = "/virtualmachineinstances-validate-create";
     /// HTTPS path of [`VMI_UPDATE_VALIDATOR`].
     pub const VMI_VALIDATE_UPDATE_PATH: &str = "/virtualmachineinstances-validate-update";
+    /// Validating webhook of VM CREATE and UPDATE.
+    pub const VM_VALIDATOR: &str = "virtualmachine-validator.kubevirt.io";
+    /// HTTPS path of [`VM_VALIDATOR`].
+    pub const VM_VALIDATE_PATH: &str = "/virtualmachines-validate";
+    /// Validating webhook of VMIRS CREATE and UPDATE.
+    pub const VMIRS_VALIDATOR: &str = "virtualmachinereplicaset-validator.kubevirt.io";
+    /// HTTPS path of [`VMIRS_VALIDATOR`].
+    pub const VMIRS_VALIDATE_PATH: &str = "/virtualmachinereplicaset-validate";
     /// Name of the MutatingWebhookConfiguration holding the mutators.
     pub const MUTATING_CONFIGURATION: &str = "virt-api-mutator";
     /// Name of the ValidatingWebhookConfiguration holding the validators.

@@ -1,5 +1,6 @@
-//! The CRDs of `kubevirt.io`: VirtualMachineInstance, served as `v1` (storage) and `v1alpha3` (deprecated, with
-//! upstream's warning), the same schema for both, **no status subresource** (contract §0.1). [`files`] is what
+//! The CRDs of `kubevirt.io`: VirtualMachineInstance, VirtualMachine and VirtualMachineInstanceReplicaSet, served as `v1` (storage) and `v1alpha3`
+//! (deprecated, with upstream's warning), the same schema for both; the VMI has **no status subresource**, the VM
+//! has one, the VMIRS status and scale (contract §0.1). [`files`] is what
 //! `crdgen` writes and the drift test compares.
 //!
 //! The schema is the one the types generate, post-processed here:
@@ -25,6 +26,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 
 use super::consts::{V1ALPHA3_DEPRECATION, VERSION, VERSION_V1ALPHA3};
+use super::replicaset::VirtualMachineInstanceReplicaSet;
+use super::vm::VirtualMachine;
 use super::vmi::VirtualMachineInstance;
 use crate::crd::{Error, GeneratedFile, check_structural, render};
 
@@ -51,11 +54,42 @@ const KUBERNETES_TYPED: &[&str] = &[
 
 /// File name of the VirtualMachineInstance CRD under `deploy/crds/`.
 pub const VMI_FILE: &str = "virtualmachineinstance.yaml";
+/// File name of the VirtualMachine CRD under `deploy/crds/`.
+pub const VM_FILE: &str = "virtualmachine.yaml";
+/// File name of the VirtualMachineInstanceReplicaSet CRD under `deploy/crds/`.
+pub const VMIRS_FILE: &str = "virtualmachineinstancereplicaset.yaml";
+
+/// Whether a CRD keeps the status subresource its `kube` derive declares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StatusSubresource {
+    Keep,
+    Drop,
+}
 
 /// The VirtualMachineInstance CRD: `v1` served and stored, `v1alpha3` served and deprecated, identical schemas, no
 /// subresources.
 pub fn virtualmachineinstance() -> Result<CustomResourceDefinition, Error> {
-    let mut crd = VirtualMachineInstance::crd();
+    two_versions(VirtualMachineInstance::crd(), "spec", StatusSubresource::Drop)
+}
+
+/// The VirtualMachine CRD: as the VMI's (both versions), with a status subresource; the VMI spec it embeds is
+/// `spec.template.spec`.
+pub fn virtualmachine() -> Result<CustomResourceDefinition, Error> {
+    two_versions(VirtualMachine::crd(), "spec.template.spec", StatusSubresource::Keep)
+}
+
+/// The VirtualMachineInstanceReplicaSet CRD: as the VM's, with status and scale subresources.
+pub fn virtualmachineinstancereplicaset() -> Result<CustomResourceDefinition, Error> {
+    two_versions(VirtualMachineInstanceReplicaSet::crd(), "spec.template.spec", StatusSubresource::Keep)
+}
+
+/// Post-processes a derived CRD whose VMI spec sits at `vmi_spec` (see the module docs) and serves it as `v1`
+/// (storage) and `v1alpha3` (deprecated).
+fn two_versions(
+    mut crd: CustomResourceDefinition,
+    vmi_spec: &str,
+    status: StatusSubresource,
+) -> Result<CustomResourceDefinition, Error> {
     let name = crd.metadata.name.clone().unwrap_or_default();
     let mut v1 = crd.spec.versions.pop().ok_or_else(|| Error::NotStructural {
         crd: name.clone(),
@@ -65,7 +99,9 @@ pub fn virtualmachineinstance() -> Result<CustomResourceDefinition, Error> {
     v1.name = VERSION.into();
     v1.served = true;
     v1.storage = true;
-    v1.subresources = None;
+    if status == StatusSubresource::Drop {
+        v1.subresources = None;
+    }
     let root = v1
         .schema
         .as_mut()
@@ -73,8 +109,8 @@ pub fn virtualmachineinstance() -> Result<CustomResourceDefinition, Error> {
         .ok_or_else(|| Error::MissingPath { crd: name.clone(), path: "openAPIV3Schema".into() })?;
     normalize_integer_formats(root);
     for path in KUBERNETES_TYPED {
-        let node = schema_at(root, &format!("spec.{path}"))
-            .ok_or_else(|| Error::MissingPath { crd: name.clone(), path: format!("spec.{path}") })?;
+        let node = schema_at(root, &format!("{vmi_spec}.{path}"))
+            .ok_or_else(|| Error::MissingPath { crd: name.clone(), path: format!("{vmi_spec}.{path}") })?;
         for child in node.properties.iter_mut().flat_map(|p| p.values_mut()) {
             strip_descriptions(child);
         }
@@ -109,7 +145,12 @@ pub fn kubevirt() -> Result<CustomResourceDefinition, Error> {
 
 /// Every `kubevirt.io` CRD, in apply order, with the file name `crdgen` writes it to.
 pub fn all() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {
-    Ok(vec![(VMI_FILE, virtualmachineinstance()?), (KUBEVIRT_FILE, kubevirt()?)])
+    Ok(vec![
+        (VMI_FILE, virtualmachineinstance()?),
+        (VM_FILE, virtualmachine()?),
+        (VMIRS_FILE, virtualmachineinstancereplicaset()?),
+        (KUBEVIRT_FILE, kubevirt()?),
+    ])
 }
 
 /// The generated files of this group.

@@ -136,7 +136,8 @@ pub async fn deploy_kubevirt(cluster: &TestCluster, options: &StackOptions) -> R
         tokio::task::spawn_blocking(kubevirt_images).await.map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
     let client = cluster.client().await?;
     apply_yaml(&client, NAMESPACE, &read_repo_file("deploy/kubevirt-namespace.yaml")?).await?;
-    for f in ["virtualmachineinstance.yaml", "kubevirt.yaml"] {
+    use crds::kubevirt::crd::{KUBEVIRT_FILE, VM_FILE, VMI_FILE, VMIRS_FILE};
+    for f in [VMI_FILE, VM_FILE, VMIRS_FILE, KUBEVIRT_FILE] {
         apply_yaml(&client, NAMESPACE, &read_repo_file(&format!("deploy/crds/{f}"))?).await?;
     }
     // CRDs must be established before objects of them are served.

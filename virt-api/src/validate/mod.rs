@@ -23,6 +23,7 @@
 pub mod disks;
 pub mod names;
 pub mod network;
+pub mod vm;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

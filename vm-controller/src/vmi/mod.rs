@@ -68,7 +68,7 @@ async fn reconcile_with_retries(vmi: &VirtualMachineInstance, ctx: &Context) -> 
         Retried::Done(r) => r,
         Retried::Gone => Ok(Requeue::await_change()),
         Retried::ReadFailed(e) => Err(kube(format!("reading VMI {ns}/{name}"))(e)),
-        Retried::Exhausted => Err(Error::Conflict(format!("{ns}/{name}"))),
+        Retried::Exhausted => Err(Error::Conflict(format!("VMI {ns}/{name}"))),
     }
 }
 
