@@ -86,7 +86,7 @@ string_enum! {
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineInstanceTemplateSpec {
     /// Labels and annotations of the VMI.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserved_object")]
     pub metadata: Option<ObjectMeta>,
     /// The VMI's spec.
@@ -113,7 +113,7 @@ pub struct DataVolumeTemplateSpec {
     #[schemars(schema_with = "preserved_object")]
     pub spec: DataVolumeSpec,
     /// Ignored dummy status.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserved_object")]
     pub status: Option<serde_json::Value>,
     /// Fields this version does not model, kept verbatim.
