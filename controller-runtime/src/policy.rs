@@ -62,8 +62,9 @@ impl ErrorPolicy {
         Self::BASE.saturating_mul(factor).min(Self::MAX)
     }
 
+    /// The object's UID (a VM and its VMI share a name), else its namespace and name.
     fn key<K: Resource>(obj: &K) -> String {
-        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+        obj.meta().uid.clone().unwrap_or_else(|| format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()))
     }
 
     /// What to do after `err` reconciling `obj`.

@@ -1,5 +1,5 @@
-//! Shared state of the reconciler: the API client, read caches of what it reads, the pod settings, events,
-//! metrics and the error policy.
+//! Shared state of the reconcilers: the API client, read caches of what they read, the pod settings, events,
+//! metrics and the error policy; and the one reconcile wrapper they share ([`reconcile_retrying`]).
 
 use controller_runtime::events::Events;
 use controller_runtime::metrics::ReconcileMetrics;
@@ -10,7 +10,20 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::runtime::reflector::Store;
 
+use std::future::Future;
+
+use controller_runtime::api::{Retried, is_conflict, retry_on_conflict};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::Api;
+use kube::runtime::controller::Action as Requeue;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result, kube};
 use crate::vmi::pod::PodSettings;
+
+/// How many times one reconcile starts over after a conflicting write.
+pub const CONFLICT_RETRIES: usize = 4;
 
 /// Read caches, kept current by watches.
 #[derive(Clone)]
@@ -45,4 +58,40 @@ pub struct Context {
 pub fn launcher_pod_selector() -> String {
     use contracts::kubevirt::consts::label;
     format!("{}={}", label::KUBEVIRT, label::VIRT_LAUNCHER)
+}
+
+/// One reconcile of `obj` by `controller` (its metrics name), started over from a fresh copy of the object when
+/// `attempt` fails with a conflict (at most [`CONFLICT_RETRIES`] attempts); the error policy forgets the object's
+/// failures on success. `kind` names the object in errors.
+pub async fn reconcile_retrying<K, Fut>(
+    ctx: &Context,
+    controller: &'static str,
+    kind: &str,
+    obj: &K,
+    attempt: impl FnMut(K) -> Fut,
+) -> Result<Requeue>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+    Fut: Future<Output = Result<Requeue>>,
+{
+    let ns = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let conflict = |e: &Error| matches!(e, Error::Kube { source, .. } if is_conflict(source));
+    let r = ctx
+        .metrics
+        .measure(controller, async {
+            match retry_on_conflict(&api, &name, obj.clone(), CONFLICT_RETRIES, conflict, attempt).await {
+                Retried::Done(r) => r,
+                Retried::Gone => Ok(Requeue::await_change()),
+                Retried::ReadFailed(e) => Err(kube(format!("reading {kind} {ns}/{name}"))(e)),
+                Retried::Exhausted => Err(Error::Conflict(format!("{kind} {ns}/{name}"))),
+            }
+        })
+        .await;
+    if r.is_ok() {
+        ctx.policy.on_success(obj);
+    }
+    r
 }

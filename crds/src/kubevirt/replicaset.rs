@@ -4,14 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::vm::VirtualMachineInstanceTemplateSpec;
-use super::vmi::ConditionStatus;
-use super::wire::{Extra, string_enum};
+use super::wire::{Condition, Extra, string_enum};
 
 /// Desired state of a VirtualMachineInstanceReplicaSet.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -79,33 +78,8 @@ pub struct VirtualMachineInstanceReplicaSetStatus {
     pub extra: Extra,
 }
 
-/// `status.conditions[]`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
-pub struct VirtualMachineInstanceReplicaSetCondition {
-    /// Condition type.
-    #[serde(rename = "type")]
-    pub type_: ReplicaSetConditionType,
-    /// `True`, `False` or `Unknown`.
-    pub status: ConditionStatus,
-    /// When the condition was last probed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_probe_time: Option<Time>,
-    /// When the status last changed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    /// Machine-readable reason.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Human-readable message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// Fields this version does not model, kept verbatim.
-    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
-    #[schemars(skip)]
-    pub extra: Extra,
-}
+/// `status.conditions[]` of a VMIRS.
+pub type VirtualMachineInstanceReplicaSetCondition = Condition<ReplicaSetConditionType>;
 
 string_enum! {
     /// VMIRS condition types (upstream's exact strings).

@@ -12,8 +12,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::vmi::{ConditionStatus, VirtualMachineInstanceSpec};
-use super::wire::{Extra, string_enum};
+use super::vmi::VirtualMachineInstanceSpec;
+use super::wire::{Condition, Extra, string_enum};
 use crate::cdi::datavolume::DataVolumeSpec;
 
 /// Desired state of a VirtualMachine.
@@ -227,33 +227,8 @@ string_enum! {
     }
 }
 
-/// `status.conditions[]`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
-pub struct VirtualMachineCondition {
-    /// Condition type.
-    #[serde(rename = "type")]
-    pub type_: VirtualMachineConditionType,
-    /// `True`, `False` or `Unknown`.
-    pub status: ConditionStatus,
-    /// When the condition was last probed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_probe_time: Option<Time>,
-    /// When the status last changed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    /// Machine-readable reason.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Human-readable message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// Fields this version does not model, kept verbatim.
-    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
-    #[schemars(skip)]
-    pub extra: Extra,
-}
+/// `status.conditions[]` of a VM.
+pub type VirtualMachineCondition = Condition<VirtualMachineConditionType>;
 
 string_enum! {
     /// VM condition types of the VM's own (VMI condition types are copied as they are, as `Other`).

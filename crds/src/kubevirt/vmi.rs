@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::domain::{DomainSpec, Machine};
 use super::network::Network;
 use super::volume::Volume;
-use super::wire::{Extra, Marker, string_enum};
+use super::wire::{Condition, Extra, Marker, string_enum};
 
 /// Desired state of a VirtualMachineInstance. Immutable for users after creation (admission).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -483,34 +483,8 @@ pub struct VirtualMachineInstancePhaseTransitionTimestamp {
     pub extra: Extra,
 }
 
-/// `status.conditions[]`. Upstream writes `lastProbeTime: null` / `lastTransitionTime: null` for unset times; those
-/// read as `None` and are omitted when written back.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
-pub struct VirtualMachineInstanceCondition {
-    /// Condition type.
-    #[serde(rename = "type")]
-    pub type_: VirtualMachineInstanceConditionType,
-    /// `True`, `False` or `Unknown`.
-    pub status: ConditionStatus,
-    /// When the condition was last probed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_probe_time: Option<Time>,
-    /// When the status last changed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    /// Machine-readable reason (see `consts::reason`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Human-readable message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// Fields this version does not model, kept verbatim.
-    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
-    #[schemars(skip)]
-    pub extra: Extra,
-}
+/// `status.conditions[]` of a VMI.
+pub type VirtualMachineInstanceCondition = Condition<VirtualMachineInstanceConditionType>;
 
 string_enum! {
     /// VMI condition types (upstream's exact strings).

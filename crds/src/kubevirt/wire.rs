@@ -41,6 +41,36 @@ pub struct Marker {
     pub extra: Extra,
 }
 
+/// A `status.conditions[]` entry of any `kubevirt.io` object (VMI, VM, VMIRS: upstream's condition structs have
+/// the same fields); `T` is the object's condition type enum. Upstream writes `lastProbeTime: null` /
+/// `lastTransitionTime: null` for unset times; those read as `None` and are omitted when written back.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct Condition<T> {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub type_: T,
+    /// `True`, `False` or `Unknown`.
+    pub status: super::vmi::ConditionStatus,
+    /// When the condition was last probed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// When the status last changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Machine-readable reason (see `consts::reason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
 /// Defines an enum over upstream's exact strings plus `Other(String)`, with `as_str`, `KNOWN`, `From<&str>`,
 /// `From<String>`, `Display`, `Default` (the empty string, Go's zero value), serde as a plain string and a
 /// `{"type": "string"}` schema.

@@ -11,7 +11,7 @@ pub mod plan;
 
 use std::sync::Arc;
 
-use controller_runtime::api::{Retried, is_conflict, is_not_found, retry_on_conflict};
+use controller_runtime::api::{is_conflict, is_not_found};
 use controller_runtime::events::Severity;
 use crds::kubevirt::replicaset::{
     ReplicaSetConditionType, VirtualMachineInstanceReplicaSetCondition, VirtualMachineInstanceReplicaSetStatus,
@@ -25,22 +25,20 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::runtime::controller::Action as Requeue;
 use serde_json::json;
 
-use crate::context::Context;
+use crate::context::{Context, reconcile_retrying};
 use crate::error::{Error, Result, kube};
 use plan::{Action, Observed};
 
 /// Name of this reconciler in metrics and logs.
 pub const CONTROLLER: &str = "vmirs";
-/// How many times one reconcile starts over after a conflicting status update.
-const CONFLICT_RETRIES: usize = 4;
 
 /// Reconciles one replica set.
 pub async fn reconcile(rs: Arc<VirtualMachineInstanceReplicaSet>, ctx: Arc<Context>) -> Result<Requeue> {
-    let r = ctx.metrics.measure(CONTROLLER, reconcile_with_retries(&rs, &ctx)).await;
-    if r.is_ok() {
-        ctx.policy.on_success(rs.as_ref());
-    }
-    r
+    let ctx = ctx.as_ref();
+    reconcile_retrying(ctx, CONTROLLER, "VMIRS", rs.as_ref(), |o: VirtualMachineInstanceReplicaSet| async move {
+        reconcile_once(&o, ctx).await
+    })
+    .await
 }
 
 /// The error policy: fatal errors wait for a change, transient ones back off.
@@ -50,19 +48,6 @@ pub fn error_policy(rs: Arc<VirtualMachineInstanceReplicaSet>, err: &Error, ctx:
 
 fn sets(ctx: &Context, ns: &str) -> Api<VirtualMachineInstanceReplicaSet> {
     Api::namespaced(ctx.client.clone(), ns)
-}
-
-async fn reconcile_with_retries(rs: &VirtualMachineInstanceReplicaSet, ctx: &Context) -> Result<Requeue> {
-    let ns = rs.namespace().unwrap_or_default();
-    let name = rs.name_any();
-    let conflict = |e: &Error| matches!(e, Error::Kube { source, .. } if is_conflict(source));
-    let attempt = |r: VirtualMachineInstanceReplicaSet| async move { reconcile_once(&r, ctx).await };
-    match retry_on_conflict(&sets(ctx, &ns), &name, rs.clone(), CONFLICT_RETRIES, conflict, attempt).await {
-        Retried::Done(r) => r,
-        Retried::Gone => Ok(Requeue::await_change()),
-        Retried::ReadFailed(e) => Err(kube(format!("reading VMIRS {ns}/{name}"))(e)),
-        Retried::Exhausted => Err(Error::Conflict(format!("VMIRS {ns}/{name}"))),
-    }
 }
 
 async fn reconcile_once(rs: &VirtualMachineInstanceReplicaSet, ctx: &Context) -> Result<Requeue> {

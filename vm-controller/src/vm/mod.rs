@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use contracts::kubevirt::consts::{ann, finalizer};
-use controller_runtime::api::{Retried, create_if_absent, is_conflict, is_not_found, retry_on_conflict};
+use controller_runtime::api::{create_if_absent, is_conflict, is_not_found};
 use controller_runtime::events::Severity;
 use crds::cdi::datavolume::DataVolume;
 use crds::kubevirt::vm::{VirtualMachineCondition, VirtualMachineConditionType};
@@ -35,23 +35,25 @@ use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use crate::context::Context;
+use crate::context::{Context, reconcile_retrying};
 use crate::error::{Error, Result, kube};
 use crate::replicaset::api_message;
 use plan::{Action, ClaimState, DataVolumeState, Observed};
 
 /// Name of this reconciler in metrics and logs.
 pub const CONTROLLER: &str = "vm";
-/// How many times one reconcile starts over after a conflicting status update.
-const CONFLICT_RETRIES: usize = 4;
 
 /// Reconciles one VM.
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Requeue> {
-    let r = ctx.metrics.measure(CONTROLLER, reconcile_with_retries(&vm, &ctx)).await;
-    if r.is_ok() {
-        ctx.policy.on_success(vm.as_ref());
-    }
-    r
+    let ctx = ctx.as_ref();
+    reconcile_retrying(
+        ctx,
+        CONTROLLER,
+        "VM",
+        vm.as_ref(),
+        |o: VirtualMachine| async move { reconcile_once(&o, ctx).await },
+    )
+    .await
 }
 
 /// The error policy: fatal errors wait for a change, transient ones back off.
@@ -61,19 +63,6 @@ pub fn error_policy(vm: Arc<VirtualMachine>, err: &Error, ctx: Arc<Context>) -> 
 
 fn vms(ctx: &Context, ns: &str) -> Api<VirtualMachine> {
     Api::namespaced(ctx.client.clone(), ns)
-}
-
-async fn reconcile_with_retries(vm: &VirtualMachine, ctx: &Context) -> Result<Requeue> {
-    let ns = vm.namespace().unwrap_or_default();
-    let name = vm.name_any();
-    let conflict = |e: &Error| matches!(e, Error::Kube { source, .. } if is_conflict(source));
-    let attempt = |v: VirtualMachine| async move { reconcile_once(&v, ctx).await };
-    match retry_on_conflict(&vms(ctx, &ns), &name, vm.clone(), CONFLICT_RETRIES, conflict, attempt).await {
-        Retried::Done(r) => r,
-        Retried::Gone => Ok(Requeue::await_change()),
-        Retried::ReadFailed(e) => Err(kube(format!("reading VM {ns}/{name}"))(e)),
-        Retried::Exhausted => Err(Error::Conflict(format!("VM {ns}/{name}"))),
-    }
 }
 
 /// The template the running VMI was started from, when the VM's generation moved on since (else `None`).

@@ -19,7 +19,7 @@ pub mod status;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use controller_runtime::api::{Retried, delete_if_present, is_conflict, retry_on_conflict};
+use controller_runtime::api::delete_if_present;
 use crds::cdi::datavolume::{ConditionStatus as DvStatus, ConditionType as DvCondition, DataVolume, DataVolumePhase};
 use crds::kubevirt::VirtualMachineInstance;
 use crds::kubevirt::vmi::{ConditionStatus, VirtualMachineInstancePhase as Phase};
@@ -31,23 +31,21 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::context::Context;
+use crate::context::{Context, reconcile_retrying};
 use crate::error::{Error, Result, kube};
 use plan::{Action, Observed, VolumeClaim};
 use pod::{Claim, ClaimMode};
 
 /// Name of this reconciler in metrics and logs.
 pub const CONTROLLER: &str = "vmi";
-/// How many times one reconcile starts over after a conflicting VMI update.
-const CONFLICT_RETRIES: usize = 4;
 
 /// Reconciles one VMI.
 pub async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Context>) -> Result<Requeue> {
-    let r = ctx.metrics.measure(CONTROLLER, reconcile_with_retries(&vmi, &ctx)).await;
-    if r.is_ok() {
-        ctx.policy.on_success(vmi.as_ref());
-    }
-    r
+    let ctx = ctx.as_ref();
+    reconcile_retrying(ctx, CONTROLLER, "VMI", vmi.as_ref(), |o: VirtualMachineInstance| async move {
+        reconcile_once(&o, ctx).await
+    })
+    .await
 }
 
 /// The error policy: fatal errors wait for a change, transient ones back off.
@@ -57,19 +55,6 @@ pub fn error_policy(vmi: Arc<VirtualMachineInstance>, err: &Error, ctx: Arc<Cont
 
 fn vmis(ctx: &Context, ns: &str) -> Api<VirtualMachineInstance> {
     Api::namespaced(ctx.client.clone(), ns)
-}
-
-async fn reconcile_with_retries(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<Requeue> {
-    let ns = vmi.namespace().unwrap_or_default();
-    let name = vmi.name_any();
-    let conflict = |e: &Error| matches!(e, Error::Kube { source, .. } if is_conflict(source));
-    let attempt = |v: VirtualMachineInstance| async move { reconcile_once(&v, ctx).await };
-    match retry_on_conflict(&vmis(ctx, &ns), &name, vmi.clone(), CONFLICT_RETRIES, conflict, attempt).await {
-        Retried::Done(r) => r,
-        Retried::Gone => Ok(Requeue::await_change()),
-        Retried::ReadFailed(e) => Err(kube(format!("reading VMI {ns}/{name}"))(e)),
-        Retried::Exhausted => Err(Error::Conflict(format!("VMI {ns}/{name}"))),
-    }
 }
 
 /// The launcher pods of `vmi` from the cache, oldest first.
