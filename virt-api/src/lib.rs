@@ -14,6 +14,7 @@
 //!   `Status` as upstream formats it);
 //! * [`webhook`] — AdmissionReview in, AdmissionReview out (no HTTP);
 //! * [`server`] — the HTTPS server (`controller_runtime::tls`);
+//! * [`lookup`] — what the VM validator reads from the API server (the instancetype and preference);
 //! * [`config`] — the cluster settings (upstream's `KubeVirt` configuration) and the requester; [`settings`] — the
 //!   binary's environment;
 //! * [`quantity`] — Kubernetes quantities as Go parses, compares and prints them; [`hyperv`] — Hyper-V feature
@@ -27,6 +28,7 @@ pub mod cause;
 pub mod config;
 pub mod defaults;
 pub mod hyperv;
+pub mod lookup;
 pub mod pki;
 pub mod quantity;
 pub mod server;

@@ -15,10 +15,19 @@ fn main() -> ExitCode {
             tracing::warn!(?names, "no VIRT_API_TLS_CERT/VIRT_API_TLS_KEY: serving a self-signed certificate");
         }
         let tls = server::tls_config(&settings.certificate)?;
+        // The VM validator reads instancetypes and preferences; without a cluster (development) it cannot.
+        let client = match kube::Client::try_default().await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!("no Kubernetes client ({e}): VMs naming an instancetype or preference are not expanded");
+                None
+            }
+        };
         let running = server::start(
             settings.listen,
             tls,
             Arc::new(settings.config),
+            client,
             controller_runtime::binary::shutdown_signal(),
         )
         .await?;

@@ -17,7 +17,8 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::defaults::Fresh;
-use crate::webhook::{Webhook, review};
+use crate::lookup::{self, Lookups};
+use crate::webhook::{Webhook, review_with};
 
 /// Largest request body accepted (an AdmissionReview carries the object twice at most; objects are ≤ 1.5 MiB).
 pub const MAX_BODY: usize = 8 << 20;
@@ -86,11 +87,12 @@ pub async fn start(
     listen: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     config: Arc<Config>,
+    client: Option<kube::Client>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Running, Error> {
     let listener = TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: listen, source })?;
-    let handler = move |req: Request<Incoming>, _peer: Arc<tls::Peer>| handle(req, config.clone());
+    let handler = move |req: Request<Incoming>, _peer: Arc<tls::Peer>| handle(req, config.clone(), client.clone());
     let task = tokio::spawn(tls::serve_tls(listener, tls, handler, shutdown, Duration::from_secs(5)));
     Ok(Running { addr, task })
 }
@@ -102,7 +104,7 @@ fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes
     r
 }
 
-async fn handle(req: Request<Incoming>, config: Arc<Config>) -> Response<Full<Bytes>> {
+async fn handle(req: Request<Incoming>, config: Arc<Config>, client: Option<kube::Client>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
     if path == "/healthz" && req.method() == Method::GET {
         return respond(StatusCode::OK, "text/plain", "ok");
@@ -125,7 +127,11 @@ async fn handle(req: Request<Incoming>, config: Arc<Config>) -> Response<Full<By
             return respond(StatusCode::BAD_REQUEST, "text/plain", "");
         }
     };
-    let answer = review(webhook, &body, &config, Fresh::generate);
+    let lookups = match (&client, webhook) {
+        (Some(c), Webhook::ValidateVm) => lookup::for_vm_review(c, &body).await,
+        _ => Lookups::default(),
+    };
+    let answer = review_with(webhook, &body, &config, Fresh::generate, &lookups);
     let allowed = answer.pointer("/response/allowed").and_then(serde_json::Value::as_bool);
     tracing::debug!(webhook = webhook.name(), ?allowed, "admission review");
     respond(StatusCode::OK, "application/json", answer.to_string())

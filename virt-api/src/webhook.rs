@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::cause::{error_status, invalid_status};
 use crate::config::{Config, User};
 use crate::defaults::{Fresh, default_vmi};
+use crate::lookup::Lookups;
 use crate::validate::vm::{WARN_RUNNING_DEPRECATED, validate_replicaset, validate_vm};
 use crate::validate::{invalid_quantity, semantically_equal, validate_create, validate_update};
 
@@ -108,6 +109,17 @@ pub fn strip_nulls(v: &mut Value) {
 
 /// Answers an `AdmissionReview` request `body` for `webhook`; `fresh` is called for CREATE mutations only.
 pub fn review(webhook: Webhook, body: &[u8], config: &Config, fresh: impl FnOnce() -> Fresh) -> Value {
+    review_with(webhook, body, config, fresh, &Lookups::default())
+}
+
+/// [`review`] with what was looked up from the API server for it ([`crate::lookup`]).
+pub fn review_with(
+    webhook: Webhook,
+    body: &[u8],
+    config: &Config,
+    fresh: impl FnOnce() -> Fresh,
+    lookups: &Lookups,
+) -> Value {
     let parsed: Result<(Value, AdmissionReview<DynamicObject>), String> = serde_json::from_slice::<Value>(body)
         .map_err(|e| e.to_string())
         .and_then(|v| serde_json::from_value(v.clone()).map(|r| (v, r)).map_err(|e| e.to_string()));
@@ -121,7 +133,7 @@ pub fn review(webhook: Webhook, body: &[u8], config: &Config, fresh: impl FnOnce
     };
     let response = AdmissionResponse::from(&request);
     let raw_request = raw.get("request").cloned().unwrap_or(Value::Null);
-    let answer = match answer(webhook, &request, &raw_request, config, fresh) {
+    let answer = match answer(webhook, &request, &raw_request, config, fresh, lookups) {
         Ok(Answer::Allow) => response,
         Ok(Answer::Warn(warnings)) => {
             let mut r = response;
@@ -200,6 +212,7 @@ fn answer(
     raw_request: &Value,
     config: &Config,
     fresh: impl FnOnce() -> Fresh,
+    lookups: &Lookups,
 ) -> Result<Answer, Box<Status>> {
     let gvr = &request.resource;
     let resource = webhook.resource();
@@ -248,7 +261,7 @@ fn answer(
             if let Some(message) = vm.spec.template.spec.as_ref().and_then(invalid_quantity) {
                 return Err(Box::new(error_status(message)));
             }
-            let causes = validate_vm(&vm, config, &user);
+            let causes = validate_vm(&vm, config, &user, lookups.vm_expansion.as_ref());
             Ok(if !causes.is_empty() {
                 Answer::Deny(Box::new(invalid_status(&causes)))
             } else if vm.spec.running.is_some() {

@@ -21,7 +21,7 @@ async fn serves_the_webhooks_over_tls() {
     ok(std::fs::write(&key, &pki.key_pem));
     let tls = ok(server::tls_config(&Certificate::Files { cert, key }));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = ok(server::start(ok("127.0.0.1:0".parse()), tls, Arc::new(Config::default()), async move {
+    let running = ok(server::start(ok("127.0.0.1:0".parse()), tls, Arc::new(Config::default()), None, async move {
         let _ = stop_rx.await;
     })
     .await);

@@ -585,3 +585,88 @@ async fn upstream_vmi_replicaset_keeps_its_replicas_replaces_failures_and_scales
     sets.delete(rs_name, &DeleteParams::default()).await?;
     env.0.ns.delete().await
 }
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn instancetypes_and_preferences_shape_the_vmi_and_are_captured_at_first_use() -> Result<()> {
+    use crds::kubevirt::domain::DiskBus;
+    let env = setup("vm-instancetype").await?;
+    for f in ["csmall.yaml", "clarge.yaml", "virtio.yaml"] {
+        env.kubectl_manifest("apply", &upstream_example(f)?)?;
+    }
+    let out = env.cluster.kubectl_with_manifest(&["apply"], &upstream_example("cluster-csmall.yaml")?)?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Upstream's VMs also set memory.guest, which the instancetype provides: refused with upstream's message.
+    let example = local_images(&upstream_example("vm-cirros-csmall.yaml")?, &env.image)
+        .replace("runStrategy: Halted", "runStrategy: Always");
+    let e = env.kubectl_manifest("create", &example).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        e.contains("The request is invalid: spec.template.spec.domain.memory.guest: VM field(s) spec.template.spec.domain.memory.guest conflicts with selected instance type"),
+        "{e}"
+    );
+    // Without the conflicting field: the instancetype's vCPU and memory, the preference's disk bus, captured.
+    let clean = example.replace("        memory:\n          guest: 128Mi\n", "");
+    assert!(!clean.contains("guest: 128Mi"), "{clean}");
+    let with_preference = clean.replace(
+        "  instancetype:\n    kind: VirtualMachineInstancetype\n    name: csmall\n",
+        "  instancetype:\n    kind: VirtualMachineInstancetype\n    name: csmall\n  preference:\n    kind: VirtualMachinePreference\n    name: virtio\n",
+    );
+    assert!(with_preference.contains("name: virtio"), "{with_preference}");
+    env.kubectl_manifest("create", &with_preference)?;
+    let first = env.wait_boot("vm-cirros-csmall", None).await?;
+    let vmi = env.vmis().get("vm-cirros-csmall").await?;
+    let cpu = vmi.spec.domain.cpu.clone().unwrap_or_default();
+    assert_eq!((cpu.sockets, cpu.cores, cpu.threads), (Some(1), Some(1), Some(1)));
+    assert_eq!(vmi.spec.domain.memory.as_ref().and_then(|m| m.guest.clone()).map(|q| q.0).as_deref(), Some("128Mi"));
+    let disks = vmi.spec.domain.devices.disks.clone().unwrap_or_default();
+    let containerdisk = disks.iter().find(|d| d.name == "containerdisk").and_then(|d| d.disk.clone());
+    assert_eq!(containerdisk.and_then(|d| d.bus), Some(DiskBus::Virtio), "the preference's disk bus");
+    let vm = env.vms().get("vm-cirros-csmall").await?;
+    let status = vm.status.clone().unwrap_or_default();
+    let it = status.instancetype_ref.clone().unwrap_or_default();
+    assert_eq!((it.name.as_deref(), it.kind.as_deref()), (Some("csmall"), Some("VirtualMachineInstancetype")));
+    let revision = it.controller_revision_ref.map(|r| r.name).unwrap_or_default();
+    assert!(revision.starts_with("vm-cirros-csmall-csmall-"), "{revision}");
+    assert!(status.preference_ref.and_then(|p| p.controller_revision_ref).is_some());
+    env.kubectl(&["get", "controllerrevision", &revision])?;
+
+    // A later edit of the instancetype does not change the VM, not even across a restart.
+    let patch = serde_json::json!({"spec": {"memory": {"guest": "192Mi"}}});
+    let instancetypes: Api<crds::kubevirt::instancetype::VirtualMachineInstancetype> =
+        Api::namespaced(env.client.clone(), env.ns.name());
+    instancetypes.patch("csmall", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    env.request("vm-cirros-csmall", serde_json::json!([{"action": "Stop", "uid": first.uid}, {"action": "Start"}]))
+        .await?;
+    // Always: the Stop deletes the VMI and the strategy recreates it.
+    env.wait_boot("vm-cirros-csmall", Some(&first)).await?;
+    let vmi = env.vmis().get("vm-cirros-csmall").await?;
+    assert_eq!(vmi.spec.domain.memory.as_ref().and_then(|m| m.guest.clone()).map(|q| q.0).as_deref(), Some("128Mi"));
+
+    // A missing instancetype is refused; a cluster-wide one is captured when the VM is created: deleting it
+    // afterwards does not stop the VM from starting with it.
+    let cluster = local_images(&upstream_example("vm-cirros-cluster-csmall.yaml")?, &env.image)
+        .replace("        memory:\n          guest: 128Mi\n", "");
+    let missing = cluster.replace("name: csmall", "name: no-such-instancetype");
+    let e = env.kubectl_manifest("create", &missing).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        e.contains("spec.instancetype: Failure to find instancetype: virtualmachineclusterinstancetypes.instancetype.kubevirt.io \"no-such-instancetype\" not found"),
+        "{e}"
+    );
+    env.kubectl_manifest("create", &cluster)?;
+    env.wait_vm("vm-cirros-cluster-csmall", "to capture its instancetype", |vm| {
+        vm.status
+            .as_ref()
+            .and_then(|s| s.instancetype_ref.as_ref())
+            .is_some_and(|r| r.controller_revision_ref.is_some())
+    })
+    .await?;
+    env.kubectl_global(&["delete", "virtualmachineclusterinstancetype", "csmall"])?;
+    env.set_strategy("vm-cirros-cluster-csmall", "Always").await?;
+    let clustered = env.wait_boot("vm-cirros-cluster-csmall", None).await?;
+    let vmi = env.vmis().get("vm-cirros-cluster-csmall").await?;
+    assert_eq!(vmi.spec.domain.memory.as_ref().and_then(|m| m.guest.clone()).map(|q| q.0).as_deref(), Some("128Mi"));
+    let _ = clustered;
+    env.delete_vm("vm-cirros-cluster-csmall").await?;
+    env.delete_vm("vm-cirros-csmall").await?;
+    env.0.ns.delete().await
+}

@@ -128,6 +128,29 @@ fn two_versions(
     Ok(crd)
 }
 
+/// File names and CRDs of `instancetype.kubevirt.io` (`v1beta1`, unknown fields preserved).
+pub fn instancetypes() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {
+    use super::instancetype::{
+        VirtualMachineClusterInstancetype, VirtualMachineClusterPreference, VirtualMachineInstancetype,
+        VirtualMachinePreference,
+    };
+    let mut out = vec![
+        ("virtualmachineinstancetype.yaml", VirtualMachineInstancetype::crd()),
+        ("virtualmachineclusterinstancetype.yaml", VirtualMachineClusterInstancetype::crd()),
+        ("virtualmachinepreference.yaml", VirtualMachinePreference::crd()),
+        ("virtualmachineclusterpreference.yaml", VirtualMachineClusterPreference::crd()),
+    ];
+    for (_, crd) in &mut out {
+        for v in &mut crd.spec.versions {
+            if let Some(root) = v.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+                normalize_integer_formats(root);
+            }
+        }
+        check_structural(crd)?;
+    }
+    Ok(out)
+}
+
 /// File name of the KubeVirt CRD under `deploy/crds/`.
 pub const KUBEVIRT_FILE: &str = "kubevirt.yaml";
 
@@ -145,12 +168,15 @@ pub fn kubevirt() -> Result<CustomResourceDefinition, Error> {
 
 /// Every `kubevirt.io` CRD, in apply order, with the file name `crdgen` writes it to.
 pub fn all() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {
-    Ok(vec![
+    Ok([
         (VMI_FILE, virtualmachineinstance()?),
         (VM_FILE, virtualmachine()?),
         (VMIRS_FILE, virtualmachineinstancereplicaset()?),
         (KUBEVIRT_FILE, kubevirt()?),
-    ])
+    ]
+    .into_iter()
+    .chain(instancetypes()?)
+    .collect())
 }
 
 /// The generated files of this group.

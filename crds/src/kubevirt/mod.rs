@@ -12,6 +12,7 @@ pub use contracts::kubevirt::consts;
 pub mod config;
 pub mod crd;
 pub mod domain;
+pub mod instancetype;
 pub mod network;
 pub mod replicaset;
 pub mod vm;

@@ -181,6 +181,12 @@ pub struct VirtualMachineStatus {
     /// The run strategy last acted on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_strategy: Option<RunStrategy>,
+    /// The instancetype in use and the ControllerRevision that captured it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instancetype_ref: Option<InstancetypeStatusRef>,
+    /// The preference in use and the ControllerRevision that captured it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preference_ref: Option<InstancetypeStatusRef>,
     /// Fields this version does not model (volumeSnapshotStatuses, memoryDumpRequest, …), kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]
@@ -225,6 +231,34 @@ string_enum! {
         /// Waiting for a migration source.
         WaitingForReceiver = "WaitingForReceiver",
     }
+}
+
+/// `status.instancetypeRef` / `status.preferenceRef`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct InstancetypeStatusRef {
+    /// Name of the instancetype or preference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The ControllerRevision holding the captured spec.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller_revision_ref: Option<ControllerRevisionRef>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// A ControllerRevision by name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerRevisionRef {
+    /// Its name.
+    pub name: String,
 }
 
 /// `status.conditions[]` of a VM.

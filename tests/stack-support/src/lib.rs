@@ -136,8 +136,8 @@ pub async fn deploy_kubevirt(cluster: &TestCluster, options: &StackOptions) -> R
         tokio::task::spawn_blocking(kubevirt_images).await.map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
     let client = cluster.client().await?;
     apply_yaml(&client, NAMESPACE, &read_repo_file("deploy/kubevirt-namespace.yaml")?).await?;
-    use crds::kubevirt::crd::{KUBEVIRT_FILE, VM_FILE, VMI_FILE, VMIRS_FILE};
-    for f in [VMI_FILE, VM_FILE, VMIRS_FILE, KUBEVIRT_FILE] {
+    let files = crds::kubevirt::crd::all().map_err(|e| Error::ClusterUp(e.to_string()))?;
+    for f in files.iter().map(|(f, _)| *f) {
         apply_yaml(&client, NAMESPACE, &read_repo_file(&format!("deploy/crds/{f}"))?).await?;
     }
     // CRDs must be established before objects of them are served.

@@ -3,6 +3,7 @@
 //! the run strategy (§1.1), the dataVolumeTemplates' references, the replica set's selector, and the template
 //! validated exactly as a VMI is, with its causes named under `spec.template.spec`.
 
+use crds::kubevirt::instancetype::{Expansion, apply, conflict_message};
 use crds::kubevirt::replicaset::selects;
 use crds::kubevirt::vm::VirtualMachineInstanceTemplateSpec;
 use crds::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceReplicaSet};
@@ -27,7 +28,16 @@ pub const SUPPORTED_RUN_STRATEGIES: [RunStrategy; 5] =
     [RunStrategy::Always, RunStrategy::RerunOnFailure, RunStrategy::Manual, RunStrategy::Halted, RunStrategy::Once];
 
 /// The causes to refuse `vm` for (empty: admitted).
-pub fn validate_vm(vm: &VirtualMachine, config: &Config, user: &User) -> Vec<Cause> {
+///
+/// `expansion` is the VM's instancetype and preference as admission read them (`None` when it names neither):
+/// the template is validated with them applied; a missing one, or a template setting what the instancetype
+/// provides, is refused with upstream's message.
+pub fn validate_vm(
+    vm: &VirtualMachine,
+    config: &Config,
+    user: &User,
+    expansion: Option<&Result<Expansion, String>>,
+) -> Vec<Cause> {
     let spec_path = Path::new("spec");
     let mut causes = Vec::new();
     let running = spec_path.child("running");
@@ -64,7 +74,30 @@ pub fn validate_vm(vm: &VirtualMachine, config: &Config, user: &User) -> Vec<Cau
             ));
         }
     }
-    causes.extend(validate_template(&vm.spec.template, vm, config, user));
+    let mut template = vm.spec.template.clone();
+    match expansion {
+        Some(Err(message)) => {
+            let field = if vm.spec.instancetype.is_some() && message.contains("instancetype") {
+                spec_path.child("instancetype")
+            } else {
+                spec_path.child("preference")
+            };
+            causes.push(Cause::invalid(message.clone(), field));
+            return causes;
+        }
+        Some(Ok(e)) => {
+            let spec = template.spec.get_or_insert_default();
+            let meta = template.metadata.get_or_insert_default();
+            let mut annotations = meta.annotations.clone().unwrap_or_default();
+            if let Err(conflicts) = apply(spec, &mut annotations, e) {
+                causes.push(Cause::invalid(conflict_message(&conflicts), conflicts.join(", ")));
+                return causes;
+            }
+            meta.annotations = Some(annotations);
+        }
+        None => {}
+    }
+    causes.extend(validate_template(&template, vm, config, user));
     causes
 }
 
@@ -132,7 +165,86 @@ fn rebase(text: &str, prefix: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crds::kubevirt::instancetype::{Captured, CpuInstancetype, MemoryInstancetype, VirtualMachineInstancetypeSpec};
+    use crds::kubevirt::vm::InstancetypeStatusRef;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
     use super::*;
+
+    fn vm(yaml: &str) -> VirtualMachine {
+        serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const BASE: &str = "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata: {name: v, namespace: ns}\nspec:\n  STRATEGY\n  template:\n    spec:\n      domain:\n        devices: {}\n        MEMORY\n";
+
+    fn with(strategy: &str, memory: &str) -> VirtualMachine {
+        vm(&BASE.replace("STRATEGY", strategy).replace("MEMORY", memory))
+    }
+
+    fn messages(c: &[Cause]) -> Vec<String> {
+        c.iter().map(|c| format!("{}: {}", c.field, c.message)).collect()
+    }
+
+    #[test]
+    fn run_strategy_rules_and_the_template_as_a_vmi() {
+        let config = Config::default();
+        let user = User::default();
+        let ok = with("runStrategy: Always", "memory: {guest: 128Mi}");
+        assert_eq!(messages(&validate_vm(&ok, &config, &user, None)), Vec::<String>::new());
+        let both = with("runStrategy: Always\n  running: true", "memory: {guest: 128Mi}");
+        assert_eq!(
+            messages(&validate_vm(&both, &config, &user, None)),
+            [format!("spec.running: {ERR_RUNNING_AND_RUN_STRATEGY}")]
+        );
+        let neither = with("instancetype: null", "memory: {guest: 128Mi}");
+        assert_eq!(
+            messages(&validate_vm(&neither, &config, &user, None)),
+            [format!("spec.running: {ERR_RUN_STRATEGY_REQUIRED}")]
+        );
+        let receiver = with("runStrategy: WaitAsReceiver", "memory: {guest: 128Mi}");
+        assert_eq!(
+            messages(&validate_vm(&receiver, &config, &user, None)),
+            ["spec.runStrategy: Invalid RunStrategy (WaitAsReceiver)"]
+        );
+        let no_memory = with("runStrategy: Always", "cpu: {cores: 1}");
+        let m = messages(&validate_vm(&no_memory, &config, &user, None));
+        assert!(m.iter().any(|m| m.contains("spec.template.spec.domain.memory.guest")), "{m:?}");
+    }
+
+    #[test]
+    fn instancetypes_are_applied_before_validation_and_conflicts_refused() {
+        let config = Config::default();
+        let user = User::default();
+        let expansion = Ok(Expansion {
+            instancetype: Some(Captured {
+                reference: InstancetypeStatusRef::default(),
+                spec: VirtualMachineInstancetypeSpec {
+                    cpu: CpuInstancetype { guest: 1, ..Default::default() },
+                    memory: MemoryInstancetype { guest: Quantity("128Mi".into()), ..Default::default() },
+                    ..Default::default()
+                },
+            }),
+            preference: None,
+        });
+        let memory_from_instancetype =
+            with("runStrategy: Always\n  instancetype: {name: csmall}", "cpu: {model: host-model}");
+        assert_eq!(
+            messages(&validate_vm(&memory_from_instancetype, &config, &user, Some(&expansion))),
+            Vec::<String>::new()
+        );
+        let conflicting = with("runStrategy: Always\n  instancetype: {name: csmall}", "memory: {guest: 128Mi}");
+        assert_eq!(
+            messages(&validate_vm(&conflicting, &config, &user, Some(&expansion))),
+            [
+                "spec.template.spec.domain.memory.guest: VM field(s) spec.template.spec.domain.memory.guest conflicts with selected instance type"
+            ]
+        );
+        let missing = Err("Failure to find instancetype: x not found".to_owned());
+        assert_eq!(
+            messages(&validate_vm(&memory_from_instancetype, &config, &user, Some(&missing))),
+            ["spec.instancetype: Failure to find instancetype: x not found"]
+        );
+    }
 
     #[test]
     fn vmi_paths_move_under_the_template() {

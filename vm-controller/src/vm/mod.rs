@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! read (VM; its VMI, DataVolumes and PVCs from the caches; the ControllerRevision of the running VMI's start when
-//!       the VM's generation moved on)
+//!       the VM's generation moved on; its instancetype and preference, captured, when a VMI may be created)
 //!   ─► plan::plan (pure: Observed → Plan { actions, requeue })
 //!   ─► apply (finalizer, DataVolumes, ControllerRevision + VMI, VMI deletion, spec start of a Halted VM, status)
 //! ```
@@ -12,6 +12,7 @@
 //! becomes the `Failure` condition and a `FailedCreate` event, and the reconcile fails (the error policy decides
 //! when to try again).
 
+pub mod instancetype;
 pub mod plan;
 
 use std::collections::BTreeMap;
@@ -121,9 +122,21 @@ async fn reconcile_once(vm: &VirtualMachine, ctx: &Context) -> Result<Requeue> {
         Some(v) => started_template(ctx, vm, v).await?,
         None => None,
     };
+    // Instancetype and preference: read when a VMI may be created (none lives) or the status lacks their
+    // captured revisions.
+    let live = vmi.as_deref().is_some_and(|v| !v.is_final() && v.metadata.deletion_timestamp.is_none());
+    let status = vm.status.as_ref();
+    let uncaptured = (vm.spec.instancetype.is_some() && status.and_then(|s| s.instancetype_ref.as_ref()).is_none())
+        || (vm.spec.preference.is_some() && status.and_then(|s| s.preference_ref.as_ref()).is_none());
+    let expansion = if (vm.spec.instancetype.is_some() || vm.spec.preference.is_some()) && (!live || uncaptured) {
+        Some(instancetype::resolve(ctx, vm).await?)
+    } else {
+        None
+    };
     let observed = Observed {
         vm,
         vmi: vmi.as_deref(),
+        expansion,
         data_volumes,
         claims,
         started_template: started,

@@ -28,6 +28,8 @@ use crds::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance, Virtua
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::{Resource, ResourceExt};
 
+use super::instancetype::{Expansion, apply as apply_instancetype, conflict_message};
+
 /// Event reason of a created VMI or DataVolume (upstream's).
 pub const EVENT_CREATED: &str = "SuccessfulCreate";
 /// Event reason of a deleted VMI (upstream's).
@@ -88,6 +90,9 @@ pub struct Observed<'a> {
     /// The template the current VMI was started from (its ControllerRevision), when the VM's generation moved on
     /// since the start; `None` when not looked up.
     pub started_template: Option<serde_json::Value>,
+    /// The instancetype and preference for a new VMI (read only when the VM names one and has no live VMI);
+    /// `Err` carries the user's error ("Failure to find instancetype: …").
+    pub expansion: Option<Result<Expansion, String>>,
     /// Now.
     pub now: Time,
 }
@@ -201,7 +206,8 @@ pub fn referenced_claims(vm: &VirtualMachine) -> (Vec<String>, Vec<String>) {
     (dvs, pvcs)
 }
 
-fn owner_reference(vm: &VirtualMachine) -> OwnerReference {
+/// The VM as controller owner of what it creates (VMI, DataVolumes, ControllerRevisions).
+pub fn owner_reference(vm: &VirtualMachine) -> OwnerReference {
     OwnerReference {
         api_version: VirtualMachine::api_version(&()).into_owned(),
         kind: VirtualMachine::kind(&()).into_owned(),
@@ -226,11 +232,20 @@ pub fn data_volume(vm: &VirtualMachine, index: usize) -> Option<DataVolume> {
 /// The VMI the VM starts: the VM's name and namespace, the template's labels, annotations (plus
 /// `kubevirt.io/vm-generation`) and spec, the VM as controller, a stable firmware UUID, `startStrategy: Paused` for
 /// a start-paused request, and the ControllerRevision of the start in its status.
-pub fn vmi_for(vm: &VirtualMachine, paused: bool) -> VirtualMachineInstance {
+///
+/// With an instancetype or preference, they are applied first; `Err` names the conflicting template fields.
+pub fn vmi_for(
+    vm: &VirtualMachine,
+    paused: bool,
+    expansion: Option<&Expansion>,
+) -> Result<VirtualMachineInstance, Vec<String>> {
     let template_meta = vm.spec.template.metadata.clone().unwrap_or_default();
     let mut annotations = template_meta.annotations.unwrap_or_default();
-    annotations.insert(ann::VM_GENERATION.into(), vm.metadata.generation.unwrap_or_default().to_string());
     let mut spec = template_spec(vm);
+    if let Some(e) = expansion {
+        apply_instancetype(&mut spec, &mut annotations, e)?;
+    }
+    annotations.insert(ann::VM_GENERATION.into(), vm.metadata.generation.unwrap_or_default().to_string());
     let firmware = spec.domain.firmware.get_or_insert_default();
     if firmware.uuid.as_deref().unwrap_or_default().is_empty() {
         firmware.uuid = Some(firmware_uuid(&vm.name_any()));
@@ -251,7 +266,7 @@ pub fn vmi_for(vm: &VirtualMachine, paused: bool) -> VirtualMachineInstance {
         virtual_machine_revision_name: Some(revision_name(vm)),
         ..Default::default()
     });
-    vmi
+    Ok(vmi)
 }
 
 /// What the run strategy and the first request decide.
@@ -433,14 +448,36 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     if decision.start_halted {
         plan.actions.push(Action::StartHalted);
     }
-    if decision.create {
+    // The instancetype and preference: a missing one or a conflicting template holds the start (Failure).
+    let mut refused: Option<String> = None;
+    let expansion = match &o.expansion {
+        Some(Ok(e)) => Some(e),
+        Some(Err(message)) => {
+            refused = Some(message.clone());
+            None
+        }
+        None => None,
+    };
+    if let Some(e) = expansion {
+        status.instancetype_ref = e.instancetype.as_ref().map(|c| c.reference.clone());
+        status.preference_ref = e.preference.as_ref().map(|c| c.reference.clone());
+    }
+    if decision.create && refused.is_none() {
         let paused = first.as_ref().is_some_and(|r| {
             r.action == Request::Start
                 && r.data.as_ref().and_then(|d| d.get("paused")).map(String::as_str) == Some("true")
         });
-        plan.actions.push(Action::CreateVmi(Box::new(vmi_for(vm, paused))));
-        status.run_strategy = Some(strategy.clone());
-    } else if o.vmi.is_some() {
+        match vmi_for(vm, paused, expansion) {
+            Ok(vmi) => plan.actions.push(Action::CreateVmi(Box::new(vmi))),
+            Err(conflicts) => refused = Some(conflict_message(&conflicts)),
+        }
+    }
+    if let Some(message) = &refused {
+        decision.create = false;
+        let failure = Some((ConditionStatus::True, REASON_FAILED_CREATE, message.as_str()));
+        set_own_condition(&mut status, VmType::Failure, failure, &o.now);
+    }
+    if decision.create || o.vmi.is_some() {
         status.run_strategy = Some(strategy.clone());
     }
     status.state_change_requests = (!requests.is_empty()).then_some(requests);
@@ -465,7 +502,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         &o.now,
     );
     // A refused create is reported by the apply step; it is cleared once the VMI exists or none is wanted.
-    if o.vmi.is_some() || !decision.create {
+    if refused.is_none() && (o.vmi.is_some() || !creation_expected) {
         set_own_condition(&mut status, VmType::Failure, None, &o.now);
     }
     push_status(&mut plan, &old_status, status);
@@ -729,7 +766,15 @@ mod tests {
     }
 
     fn observe<'a>(vm: &'a VirtualMachine, vmi: Option<&'a VirtualMachineInstance>) -> Observed<'a> {
-        Observed { vm, vmi, data_volumes: BTreeMap::new(), claims: BTreeMap::new(), started_template: None, now: now() }
+        Observed {
+            vm,
+            vmi,
+            data_volumes: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            started_template: None,
+            expansion: None,
+            now: now(),
+        }
     }
 
     fn request(action: Request, uid: Option<&str>) -> VirtualMachineStateChangeRequest {

@@ -1,0 +1,77 @@
+//! What admission reads from the API server: the instancetype and preference a VirtualMachine names (upstream's
+//! VM admitter applies them before it validates the template, so a VM whose memory comes from its instancetype is
+//! admitted and one that also sets it is refused). The live objects are read (the VM controller captures them in
+//! ControllerRevisions when it first starts the VM).
+
+use crds::kubevirt::VirtualMachine;
+use crds::kubevirt::instancetype::{
+    Captured, Expansion, VirtualMachineClusterInstancetype, VirtualMachineClusterPreference,
+    VirtualMachineInstancetype, VirtualMachinePreference, kind,
+};
+use crds::kubevirt::vm::{InstancetypeStatusRef, Matcher};
+use kube::api::Api;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Everything a webhook may need beyond the request (empty: nothing was looked up).
+#[derive(Debug, Clone, Default)]
+pub struct Lookups {
+    /// The instancetype and preference of the VM under review; `Err` is the user's error ("Failure to find …").
+    pub vm_expansion: Option<Result<Expansion, String>>,
+}
+
+/// Looks up what the review `body` (of the VM validator) needs; nothing for other requests.
+pub async fn for_vm_review(client: &Client, body: &[u8]) -> Lookups {
+    let Some(request) = serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("request").cloned()) else {
+        return Lookups::default();
+    };
+    let Some(vm) = request.get("object").cloned().and_then(|o| serde_json::from_value::<VirtualMachine>(o).ok()) else {
+        return Lookups::default();
+    };
+    if vm.spec.instancetype.is_none() && vm.spec.preference.is_none() {
+        return Lookups::default();
+    }
+    let ns = request.get("namespace").and_then(Value::as_str).unwrap_or_default().to_owned();
+    Lookups { vm_expansion: Some(expansion(client, &ns, &vm).await) }
+}
+
+async fn expansion(client: &Client, ns: &str, vm: &VirtualMachine) -> Result<Expansion, String> {
+    let mut e = Expansion::default();
+    if let Some(m) = &vm.spec.instancetype {
+        let k = m.kind.clone().unwrap_or_else(|| kind::CLUSTER_INSTANCETYPE.into());
+        let found = if k == kind::INSTANCETYPE {
+            read(Api::<VirtualMachineInstancetype>::namespaced(client.clone(), ns), m, &k).await
+        } else {
+            read(Api::<VirtualMachineClusterInstancetype>::all(client.clone()), m, &k).await
+        };
+        e.instancetype = Some(found.map_err(|m| format!("Failure to find instancetype: {m}"))?);
+    }
+    if let Some(m) = &vm.spec.preference {
+        let k = m.kind.clone().unwrap_or_else(|| kind::CLUSTER_PREFERENCE.into());
+        let found = if k == kind::PREFERENCE {
+            read(Api::<VirtualMachinePreference>::namespaced(client.clone(), ns), m, &k).await
+        } else {
+            read(Api::<VirtualMachineClusterPreference>::all(client.clone()), m, &k).await
+        };
+        e.preference = Some(found.map_err(|m| format!("Failure to find preference: {m}"))?);
+    }
+    Ok(e)
+}
+
+/// The spec of the object `m` names, read through `api`; the API server's message when it cannot be read.
+async fn read<K, S>(api: Api<K>, m: &Matcher, kind_name: &str) -> Result<Captured<S>, String>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    S: DeserializeOwned,
+{
+    let name = m.name.clone().unwrap_or_default();
+    let object = api.get(&name).await.map_err(|e| match e {
+        kube::Error::Api(s) => s.message,
+        other => other.to_string(),
+    })?;
+    let spec = serde_json::to_value(&object).ok().and_then(|v| v.get("spec").cloned()).unwrap_or_default();
+    let spec = serde_json::from_value(spec).map_err(|e| format!("{kind_name} {name}: {e}"))?;
+    let reference = InstancetypeStatusRef { name: Some(name), kind: Some(kind_name.to_owned()), ..Default::default() };
+    Ok(Captured { reference, spec })
+}
