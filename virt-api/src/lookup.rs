@@ -1,7 +1,8 @@
 //! What admission reads from the API server: the instancetype and preference a VirtualMachine names (upstream's
 //! VM admitter applies them before it validates the template, so a VM whose memory comes from its instancetype is
-//! admitted and one that also sets it is refused). The live objects are read (the VM controller captures them in
-//! ControllerRevisions when it first starts the VM).
+//! admitted and one that also sets it is refused). A VM whose status names the ControllerRevision that captured
+//! them (the VM controller writes it) is checked against that revision — the instancetype may have changed or
+//! gone since; otherwise the live object is read.
 
 use crds::kubevirt::VirtualMachine;
 use crds::kubevirt::instancetype::{
@@ -9,6 +10,7 @@ use crds::kubevirt::instancetype::{
     VirtualMachineInstancetype, VirtualMachinePreference, kind,
 };
 use crds::kubevirt::vm::{InstancetypeStatusRef, Matcher};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::Api;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -38,34 +40,61 @@ pub async fn for_vm_review(client: &Client, body: &[u8]) -> Lookups {
 
 async fn expansion(client: &Client, ns: &str, vm: &VirtualMachine) -> Result<Expansion, String> {
     let mut e = Expansion::default();
+    let status = vm.status.clone().unwrap_or_default();
+    let (it_ref, pref_ref) = (status.instancetype_ref.as_ref(), status.preference_ref.as_ref());
     if let Some(m) = &vm.spec.instancetype {
         let k = m.kind.clone().unwrap_or_else(|| kind::CLUSTER_INSTANCETYPE.into());
         let found = if k == kind::INSTANCETYPE {
-            read(Api::<VirtualMachineInstancetype>::namespaced(client.clone(), ns), m, &k).await
+            read(client, Api::<VirtualMachineInstancetype>::namespaced(client.clone(), ns), ns, m, &k, it_ref).await
         } else {
-            read(Api::<VirtualMachineClusterInstancetype>::all(client.clone()), m, &k).await
+            read(client, Api::<VirtualMachineClusterInstancetype>::all(client.clone()), ns, m, &k, it_ref).await
         };
         e.instancetype = Some(found.map_err(|m| format!("Failure to find instancetype: {m}"))?);
     }
     if let Some(m) = &vm.spec.preference {
         let k = m.kind.clone().unwrap_or_else(|| kind::CLUSTER_PREFERENCE.into());
         let found = if k == kind::PREFERENCE {
-            read(Api::<VirtualMachinePreference>::namespaced(client.clone(), ns), m, &k).await
+            read(client, Api::<VirtualMachinePreference>::namespaced(client.clone(), ns), ns, m, &k, pref_ref).await
         } else {
-            read(Api::<VirtualMachineClusterPreference>::all(client.clone()), m, &k).await
+            read(client, Api::<VirtualMachineClusterPreference>::all(client.clone()), ns, m, &k, pref_ref).await
         };
         e.preference = Some(found.map_err(|m| format!("Failure to find preference: {m}"))?);
     }
     Ok(e)
 }
 
-/// The spec of the object `m` names, read through `api`; the API server's message when it cannot be read.
-async fn read<K, S>(api: Api<K>, m: &Matcher, kind_name: &str) -> Result<Captured<S>, String>
+/// The spec of the object `m` names: from the ControllerRevision `m.revisionName` or the status' `recorded`
+/// reference names (when it is for the same object), else read through `api`; the API server's message when it
+/// cannot be read.
+async fn read<K, S>(
+    client: &Client,
+    api: Api<K>,
+    ns: &str,
+    m: &Matcher,
+    kind_name: &str,
+    recorded: Option<&InstancetypeStatusRef>,
+) -> Result<Captured<S>, String>
 where
     K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
     S: DeserializeOwned,
 {
     let name = m.name.clone().unwrap_or_default();
+    let revision = m.revision_name.clone().or_else(|| {
+        recorded
+            .filter(|r| r.name.as_deref() == Some(name.as_str()) && r.kind.as_deref() == Some(kind_name))
+            .and_then(|r| r.controller_revision_ref.as_ref().map(|c| c.name.clone()))
+    });
+    if let Some(revision) = revision {
+        let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns);
+        if let Ok(r) = revisions.get(&revision).await
+            && let Some(spec) = r.data.and_then(|d| d.0.get("spec").cloned())
+            && let Ok(spec) = serde_json::from_value(spec)
+        {
+            let reference =
+                InstancetypeStatusRef { name: Some(name), kind: Some(kind_name.to_owned()), ..Default::default() };
+            return Ok(Captured { reference, spec });
+        }
+    }
     let object = api.get(&name).await.map_err(|e| match e {
         kube::Error::Api(s) => s.message,
         other => other.to_string(),

@@ -646,7 +646,8 @@ async fn instancetypes_and_preferences_shape_the_vmi_and_are_captured_at_first_u
     // afterwards does not stop the VM from starting with it.
     let cluster = local_images(&upstream_example("vm-cirros-cluster-csmall.yaml")?, &env.image)
         .replace("        memory:\n          guest: 128Mi\n", "");
-    let missing = cluster.replace("name: csmall", "name: no-such-instancetype");
+    let missing = cluster.replace("name: cluster-csmall", "name: no-such-instancetype");
+    assert!(missing.contains("no-such-instancetype"));
     let e = env.kubectl_manifest("create", &missing).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(
         e.contains("spec.instancetype: Failure to find instancetype: virtualmachineclusterinstancetypes.instancetype.kubevirt.io \"no-such-instancetype\" not found"),
@@ -660,7 +661,7 @@ async fn instancetypes_and_preferences_shape_the_vmi_and_are_captured_at_first_u
             .is_some_and(|r| r.controller_revision_ref.is_some())
     })
     .await?;
-    env.kubectl_global(&["delete", "virtualmachineclusterinstancetype", "csmall"])?;
+    env.kubectl_global(&["delete", "virtualmachineclusterinstancetype", "cluster-csmall"])?;
     env.set_strategy("vm-cirros-cluster-csmall", "Always").await?;
     let clustered = env.wait_boot("vm-cirros-cluster-csmall", None).await?;
     let vmi = env.vmis().get("vm-cirros-cluster-csmall").await?;
