@@ -15,6 +15,14 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+/// The API server's message of a refused request (what `kubectl` prints), else the error itself.
+pub fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// Creates `obj`; `Ok(None)` when an object of that name already exists.
 pub async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> Result<Option<K>, kube::Error>
 where

@@ -4,10 +4,11 @@
 //! them (the VM controller writes it) is checked against that revision — the instancetype may have changed or
 //! gone since; otherwise the live object is read.
 
+use controller_runtime::api::api_message;
 use crds::kubevirt::VirtualMachine;
 use crds::kubevirt::instancetype::{
     Captured, Expansion, VirtualMachineClusterInstancetype, VirtualMachineClusterPreference,
-    VirtualMachineInstancetype, VirtualMachinePreference, kind,
+    VirtualMachineInstancetype, VirtualMachinePreference, captured_revision, kind,
 };
 use crds::kubevirt::vm::{InstancetypeStatusRef, Matcher};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -79,12 +80,7 @@ where
     S: DeserializeOwned,
 {
     let name = m.name.clone().unwrap_or_default();
-    let revision = m.revision_name.clone().or_else(|| {
-        recorded
-            .filter(|r| r.name.as_deref() == Some(name.as_str()) && r.kind.as_deref() == Some(kind_name))
-            .and_then(|r| r.controller_revision_ref.as_ref().map(|c| c.name.clone()))
-    });
-    if let Some(revision) = revision {
+    if let Some(revision) = captured_revision(m, kind_name, recorded) {
         let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns);
         if let Ok(r) = revisions.get(&revision).await
             && let Some(spec) = r.data.and_then(|d| d.0.get("spec").cloned())
@@ -95,10 +91,7 @@ where
             return Ok(Captured { reference, spec });
         }
     }
-    let object = api.get(&name).await.map_err(|e| match e {
-        kube::Error::Api(s) => s.message,
-        other => other.to_string(),
-    })?;
+    let object = api.get(&name).await.map_err(|e| api_message(&e))?;
     let spec = serde_json::to_value(&object).ok().and_then(|v| v.get("spec").cloned()).unwrap_or_default();
     let spec = serde_json::from_value(spec).map_err(|e| format!("{kind_name} {name}: {e}"))?;
     let reference = InstancetypeStatusRef { name: Some(name), kind: Some(kind_name.to_owned()), ..Default::default() };

@@ -257,6 +257,21 @@ pub struct Expansion {
     pub preference: Option<Captured<VirtualMachinePreferenceSpec>>,
 }
 
+/// The ControllerRevision that holds the spec matcher `m` (of kind `kind_name`) names: `m.revisionName`, else the
+/// one a VM's status `recorded` for the same name and kind.
+pub fn captured_revision(
+    m: &super::vm::Matcher,
+    kind_name: &str,
+    recorded: Option<&InstancetypeStatusRef>,
+) -> Option<String> {
+    let name = m.name.as_deref().unwrap_or_default();
+    m.revision_name.clone().or_else(|| {
+        recorded
+            .filter(|r| r.name.as_deref() == Some(name) && r.kind.as_deref() == Some(kind_name))
+            .and_then(|r| r.controller_revision_ref.as_ref().map(|c| c.name.clone()))
+    })
+}
+
 /// Upstream's conflict message for template fields an instancetype provides.
 pub fn conflict_message(fields: &[String]) -> String {
     format!("VM field(s) {} conflicts with selected instance type", fields.join(", "))

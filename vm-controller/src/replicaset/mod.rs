@@ -11,7 +11,7 @@ pub mod plan;
 
 use std::sync::Arc;
 
-use controller_runtime::api::{is_conflict, is_not_found};
+use controller_runtime::api::{api_message, is_conflict, is_not_found};
 use controller_runtime::events::Severity;
 use crds::kubevirt::replicaset::{
     ReplicaSetConditionType, VirtualMachineInstanceReplicaSetCondition, VirtualMachineInstanceReplicaSetStatus,
@@ -137,12 +137,4 @@ async fn write_status(
         .await
         .map_err(kube(format!("updating the status of VMIRS {ns}/{}", rs.name_any())))?;
     Ok(())
-}
-
-/// The API server's message of a refused request (what `kubectl` would print), else the error itself.
-pub fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => s.message.clone(),
-        other => other.to_string(),
-    }
 }

@@ -9,7 +9,7 @@
 
 use controller_runtime::api::{create_if_absent, is_not_found};
 use crds::kubevirt::VirtualMachine;
-pub use crds::kubevirt::instancetype::{Captured, Expansion, apply, conflict_message};
+pub use crds::kubevirt::instancetype::{Captured, Expansion, apply, captured_revision, conflict_message};
 use crds::kubevirt::instancetype::{
     VirtualMachineClusterInstancetype, VirtualMachineClusterPreference, VirtualMachineInstancetype,
     VirtualMachinePreference, kind,
@@ -114,12 +114,7 @@ where
         controller_revision_ref: Some(ControllerRevisionRef { name: revision }),
         ..Default::default()
     };
-    let recorded_revision = m.revision_name.clone().or_else(|| {
-        recorded
-            .filter(|r| r.name.as_deref() == Some(name.as_str()) && r.kind.as_deref() == Some(kind_name))
-            .and_then(|r| r.controller_revision_ref.as_ref().map(|c| c.name.clone()))
-    });
-    if let Some(revision) = recorded_revision {
+    if let Some(revision) = captured_revision(m, kind_name, recorded) {
         match revisions.get(&revision).await {
             Ok(r) => {
                 let spec = r.data.and_then(|d| d.0.get("spec").cloned()).unwrap_or_default();

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use contracts::kubevirt::consts::{ann, finalizer};
-use controller_runtime::api::{create_if_absent, is_conflict, is_not_found};
+use controller_runtime::api::{api_message, create_if_absent, is_conflict, is_not_found};
 use controller_runtime::events::Severity;
 use crds::cdi::datavolume::DataVolume;
 use crds::kubevirt::vm::{VirtualMachineCondition, VirtualMachineConditionType};
@@ -38,7 +38,6 @@ use serde_json::json;
 
 use crate::context::{Context, reconcile_retrying};
 use crate::error::{Error, Result, kube};
-use crate::replicaset::api_message;
 use plan::{Action, ClaimState, DataVolumeState, Observed};
 
 /// Name of this reconciler in metrics and logs.
