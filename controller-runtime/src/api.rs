@@ -40,7 +40,15 @@ pub async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<bool, kube
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
-    match api.delete(name, &DeleteParams::default()).await {
+    delete_with_if_present(api, name, &DeleteParams::default()).await
+}
+
+/// Deletes `name` with `params` (e.g. grace period 0); `Ok(false)` when it was already gone.
+pub async fn delete_with_if_present<K>(api: &Api<K>, name: &str, params: &DeleteParams) -> Result<bool, kube::Error>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
         Ok(_) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
         Err(e) => Err(e),

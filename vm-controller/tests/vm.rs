@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use crds::cdi::datavolume::{DataVolume, DataVolumePhase};
 use crds::kubevirt::vm::{PrintableStatus, VirtualMachineConditionType as VmType};
-use crds::kubevirt::vmi::{ConditionStatus, VirtualMachineInstancePhase as Phase};
+use crds::kubevirt::vmi::{
+    ConditionStatus, VirtualMachineInstanceConditionType as VmiType, VirtualMachineInstancePhase as Phase,
+};
 use crds::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
@@ -669,5 +671,217 @@ async fn instancetypes_and_preferences_shape_the_vmi_and_are_captured_at_first_u
     let _ = clustered;
     env.delete_vm("vm-cirros-cluster-csmall").await?;
     env.delete_vm("vm-cirros-csmall").await?;
+    env.0.ns.delete().await
+}
+
+/// Records, every 100 ms until dropped, each VM printableStatus, DataVolume phase and temporary pod seen.
+struct Recorder {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    fn start(env: &Env, vm: &str, dv: &str) -> Recorder {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let (vms, dvs, pods) =
+            (env.vms(), Api::<DataVolume>::namespaced(env.client.clone(), env.ns.name()), env.pods());
+        let (vm, dv, log) = (vm.to_owned(), dv.to_owned(), seen.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let mut now = Vec::new();
+                if let Ok(Some(v)) = vms.get_opt(&vm).await {
+                    now.extend(printable(&v).map(|p| format!("vm:{p}")));
+                }
+                if let Ok(Some(d)) = dvs.get_opt(&dv).await {
+                    now.extend(d.status.and_then(|s| s.phase).map(|p| format!("dv:{}", p.as_str())));
+                }
+                if let Ok(list) = pods.list(&ListParams::default()).await {
+                    now.extend(
+                        list.items
+                            .iter()
+                            .filter(|p| p.annotations().get("kubevirt.io/ephemeral-provisioning").is_some())
+                            .map(|p| format!("temporary-pod:{}", p.name_any())),
+                    );
+                }
+                {
+                    let mut seen = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for s in now {
+                        if !seen.contains(&s) {
+                            seen.push(s);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Recorder { seen, task }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn a_vm_on_a_wait_for_first_consumer_class_imports_its_qcow2_over_http_and_boots() -> Result<()> {
+    let env = setup("vm-wffc-http").await?;
+    // The guest's qcow2, served by the import tests' nginx (`tests/infra/import-env.sh`) under /out/.
+    let guest = stack_support::guest_dir()?;
+    let tag = guest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let out = kube_test_support::repo_root().join("tests/work/out");
+    std::fs::create_dir_all(&out).map_err(Error::io("creating tests/work/out"))?;
+    let file = format!("guest-{tag}.qcow2");
+    std::fs::copy(guest.join("disk.qcow2"), out.join(&file)).map_err(Error::io("copying the guest's qcow2"))?;
+    let url = kube_test_support::host_url(18080, &format!("out/{file}"));
+    // Upstream's vm-alpine-datavolume.yaml: HTTP source, a WaitForFirstConsumer class, started at once.
+    let yaml = upstream_example("vm-alpine-datavolume.yaml")?
+        .replace("vm-alpine-datavolume", "vm-wffc")
+        .replace("storageClassName: local", "storageClassName: local-wffc")
+        .replace(
+            "registry:\n          url: docker://registry:5000/kubevirt/alpine-container-disk-demo:devel",
+            &format!("http:\n          url: \"{url}\""),
+        )
+        .replace("runStrategy: Halted", "runStrategy: Always");
+    assert!(yaml.contains(&url) && yaml.contains("local-wffc"), "the manifest was rewritten:\n{yaml}");
+    let recorder = Recorder::start(&env, "vm-wffc", "alpine-dv");
+    // The cluster's provisioner is held (SIGSTOP) so that the binding visibly waits: the scheduler has picked the
+    // temporary pod's node for the claim and waits for the volume.
+    let provisioner = std::fs::read_to_string(cluster_dir().join("local-provisioner.pid"))
+        .map_err(Error::io("local-provisioner.pid"))?;
+    let held = Frozen::stop(vec![provisioner.trim().to_owned()])?;
+    env.kubectl_manifest("create", &yaml)?;
+    env.wait_printable("vm-wffc", PrintableStatus::WaitingForVolumeBinding).await?;
+    let provisioning = |v: &VirtualMachineInstance| {
+        v.status.as_ref().and_then(|s| s.condition(&VmiType::Provisioning)).map(|c| c.reason.clone())
+    };
+    let vmi = poll_object(&env.vmis(), "vm-wffc", BOOT_TIMEOUT, |v| provisioning(v).is_some()).await?;
+    assert_eq!(provisioning(&vmi), Some(Some("WaitForFirstConsumer".into())), "{:?}", vmi.status);
+    assert_eq!(vmi.phase(), Phase::Pending);
+    drop(held);
+
+    // The DataVolume waits for a consumer; the VMI's temporary pod is that consumer; the import follows; the
+    // temporary pod goes; the launcher boots the guest from the imported disk.
+    let boot = env.wait_boot("vm-wffc", None).await?;
+    let xml = env.domain_xml(&boot.pod, "vm-wffc")?;
+    assert!(xml.contains("vmi-disks/datavolumedisk1/disk.img"), "boots from the DataVolume's claim: {xml}");
+    let seen = recorder.seen();
+    drop(recorder);
+    let at = |s: &str| seen.iter().position(|x| x == s).ok_or_else(|| err(format!("never saw {s}: {seen:?}")));
+    let (wffc, waiting) = (at("dv:WaitForFirstConsumer")?, at("vm:WaitingForVolumeBinding")?);
+    let temporary = seen.iter().position(|x| x.starts_with("temporary-pod:"));
+    let temporary = temporary.ok_or_else(|| err(format!("no temporary pod was seen: {seen:?}")))?;
+    let (succeeded, running) = (at("dv:Succeeded")?, at("vm:Running")?);
+    assert!(wffc < succeeded && waiting < running && temporary < succeeded, "order: {seen:?}");
+    let left: Vec<Pod> = env.pods().list(&ListParams::default()).await?.items;
+    assert!(
+        left.iter().all(|p| p.annotations().get("kubevirt.io/ephemeral-provisioning").is_none()),
+        "the temporary pod is gone: {:?}",
+        left.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
+    // The claim was provisioned on the node the launcher runs on (WaitForFirstConsumer's point).
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(env.client.clone(), env.ns.name()).get("alpine-dv").await?;
+    let selected = pvc.annotations().get("volume.kubernetes.io/selected-node").cloned();
+    let launcher = env.pods().get(&boot.pod).await?;
+    assert_eq!(selected, launcher.spec.and_then(|s| s.node_name), "claim and launcher on one node");
+    let vmi = env.vmis().get("vm-wffc").await?;
+    assert_eq!(provisioning(&vmi), None, "Provisioning is cleared once bound");
+
+    env.delete_vm("vm-wffc").await?;
+    let _ = std::fs::remove_file(out.join(&file));
+    env.0.ns.delete().await
+}
+
+/// Host processes stopped with SIGSTOP until dropped (SIGCONT): a node whose kubelet and node agent stopped
+/// answering, with its containers (the launcher, QEMU) still running, as on a partitioned or hung node.
+struct Frozen(Vec<String>);
+
+impl Frozen {
+    fn stop(pids: Vec<String>) -> Result<Frozen> {
+        let frozen = Frozen(pids);
+        for pid in &frozen.0 {
+            let st = std::process::Command::new("kill").args(["-STOP", pid]).status().map_err(Error::io("kill"))?;
+            assert!(st.success(), "SIGSTOP {pid}");
+        }
+        Ok(frozen)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill").args(["-CONT", pid]).status();
+        }
+    }
+}
+
+fn pgrep(pattern: &str) -> Vec<String> {
+    let out = std::process::Command::new("pgrep").args(["-f", pattern]).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+/// The node's Ready condition status (`None`: no condition).
+async fn node_ready(client: &kube::Client) -> Option<String> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node = nodes.list(&ListParams::default()).await.ok()?.items.into_iter().next()?;
+    let conditions = node.status?.conditions?;
+    conditions.into_iter().find(|c| c.type_ == "Ready").map(|c| c.status)
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn a_vm_deleted_while_its_node_is_lost_does_not_stay_terminating() -> Result<()> {
+    let env = setup("vm-node-lost").await?;
+    env.create_cirros("vm-lost", "Always")?;
+    let boot = env.wait_boot("vm-lost", None).await?;
+    let domain = contracts::kubevirt::launcher::domain_name(env.ns.name(), "vm-lost");
+    let qemu = format!("guest={domain}");
+    assert!(!pgrep(&qemu).is_empty(), "QEMU of {domain} runs on the host");
+
+    // The node is lost: its kubelet and node agent stop answering; QEMU keeps running.
+    let kubelet = std::fs::read_to_string(cluster_dir().join("kubelet.pid")).map_err(Error::io("kubelet.pid"))?;
+    let agents = pgrep("/usr/local/bin/node-agent");
+    assert!(!agents.is_empty(), "the node agent runs on the host");
+    let frozen = Frozen::stop([vec![kubelet.trim().to_owned()], agents].concat())?;
+    poll_until("the node to be NotReady (node-monitor-grace-period 40 s)", Duration::from_secs(120), || async {
+        node_ready(&env.client).await.filter(|s| s != "True").map(drop)
+    })
+    .await?;
+
+    // Deleting the VM finishes without the node: the pod is force-deleted, VMI and VM go.
+    let started = Instant::now();
+    env.vms().delete("vm-lost", &DeleteParams::default()).await?;
+    poll_until("VM vm-lost to be gone while its node is lost", Duration::from_secs(90), || async {
+        (env.vms().get_opt("vm-lost").await.ok()?.is_none() && env.vmis().get_opt("vm-lost").await.ok()?.is_none())
+            .then_some(())
+    })
+    .await
+    .map_err(|e| err(format!("{e}\n{}", env.describe_vm("vm-lost"))))?;
+    let took = started.elapsed();
+    assert!(env.pods().get_opt(&boot.pod).await?.is_none(), "the launcher pod is gone from the API");
+    let events = env.kubectl(&["get", "events", "-o", "custom-columns=R:.reason,M:.message", "--no-headers"])?;
+    assert!(
+        events.lines().any(|l| l.starts_with("SuccessfulDelete") && l.contains("Force-deleted virtual machine pod")),
+        "{events}"
+    );
+    eprintln!("VM deleted {took:?} after the request, its node lost");
+
+    // The node comes back: its kubelet kills what the API no longer has; the stack recovers.
+    drop(frozen);
+    poll_until("the node to be Ready again", Duration::from_secs(120), || async {
+        node_ready(&env.client).await.filter(|s| s == "True").map(drop)
+    })
+    .await?;
+    poll_until("the orphaned QEMU to be killed by the returning kubelet", Duration::from_secs(120), || async {
+        pgrep(&qemu).is_empty().then_some(())
+    })
+    .await?;
+    stack_ready(&env.client).await?;
     env.0.ns.delete().await
 }

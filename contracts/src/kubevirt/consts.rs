@@ -99,6 +99,8 @@ pub mod ann {
     pub const HOOK_SIDECARS: &str = "hooks.kubevirt.io/hookSidecars";
     /// On VMIs: Ignition data for the guest (gate ExperimentalIgnitionSupport).
     pub const IGNITION_DATA: &str = "kubevirt.io/ignitiondata";
+    /// `"true"` on a VMI's temporary pod that only binds its WaitForFirstConsumer claims.
+    pub const EPHEMERAL_PROVISIONING: &str = "kubevirt.io/ephemeral-provisioning";
 }
 
 /// Finalizers.

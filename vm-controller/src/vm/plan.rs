@@ -415,8 +415,8 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         }
     }
     let dvs_ready = vm.spec.data_volume_templates.iter().flatten().all(|t| {
-        o.data_volumes.get(t.metadata.name.as_deref().unwrap_or_default())
-            == Some(&DataVolumeState::Present(Some(DataVolumePhase::Succeeded)))
+        matches!(o.data_volumes.get(t.metadata.name.as_deref().unwrap_or_default()),
+            Some(DataVolumeState::Present(Some(p))) if vmi_may_start(*p))
     });
     if decision.create
         && let Some(left) = held
@@ -618,6 +618,15 @@ fn finish_status(
     status.printable_status = Some(printable_status(o, strategy, status, creation_expected, deleting_vmi));
 }
 
+/// Whether a DataVolume in `phase` lets the VMI be created (upstream's): imported, or waiting for a consumer —
+/// the VMI's temporary pod is that consumer (`vmi::pod::render_first_consumer`).
+fn vmi_may_start(phase: DataVolumePhase) -> bool {
+    matches!(
+        phase,
+        DataVolumePhase::Succeeded | DataVolumePhase::WaitForFirstConsumer | DataVolumePhase::PendingPopulation
+    )
+}
+
 /// `printableStatus`, the first match of §1.4's list.
 pub fn printable_status(
     o: &Observed<'_>,
@@ -667,14 +676,7 @@ pub fn printable_status(
         return PrintableStatus::ErrorUnschedulable;
     }
     let should_run = creation_expected || live;
-    let provisioning = dvs.iter().any(|n| {
-        !matches!(
-            dv_phase(n),
-            Some(
-                DataVolumePhase::Succeeded | DataVolumePhase::WaitForFirstConsumer | DataVolumePhase::PendingPopulation
-            )
-        )
-    });
+    let provisioning = dvs.iter().any(|n| !dv_phase(n).is_some_and(vmi_may_start));
     if should_run && provisioning {
         return PrintableStatus::Provisioning;
     }
@@ -1088,6 +1090,8 @@ mod tests {
             (DataVolumePhase::ImportInProgress, false, PrintableStatus::Provisioning),
             (DataVolumePhase::Failed, false, PrintableStatus::DataVolumeError),
             (DataVolumePhase::Succeeded, true, PrintableStatus::Starting),
+            // The VMI's temporary pod is the first consumer that lets it bind.
+            (DataVolumePhase::WaitForFirstConsumer, true, PrintableStatus::Starting),
         ] {
             let (vm, dvs) = dv_vm(Some(phase));
             let mut o = observe(&vm, None);

@@ -16,18 +16,18 @@ pub mod plan;
 pub mod pod;
 pub mod status;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use controller_runtime::api::delete_if_present;
+use controller_runtime::api::{delete_if_present, delete_with_if_present};
 use crds::cdi::datavolume::{ConditionStatus as DvStatus, ConditionType as DvCondition, DataVolume, DataVolumePhase};
 use crds::kubevirt::VirtualMachineInstance;
 use crds::kubevirt::vmi::{ConditionStatus, VirtualMachineInstancePhase as Phase};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::ObjectRef;
 
@@ -123,6 +123,12 @@ fn claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<String, Volum
                 Some(dv) if dv.status.as_ref().and_then(|s| s.phase) == Some(DataVolumePhase::Failed) => {
                     VolumeClaim::DataVolumeFailed { name: d.name.clone() }
                 }
+                Some(dv) if dv.status.as_ref().and_then(|s| s.phase) == Some(DataVolumePhase::WaitForFirstConsumer) => {
+                    match pvc(&d.name) {
+                        Some(p) => VolumeClaim::FirstConsumer(claim_of(&p, false)),
+                        None => VolumeClaim::DataVolumeNotReady { name: d.name.clone(), ready: ConditionStatus::False },
+                    }
+                }
                 Some(dv) => match (data_volume_ready(&dv), pvc(&d.name)) {
                     (ConditionStatus::True, Some(p)) => VolumeClaim::Bound(claim_of(&p, false)),
                     (ConditionStatus::True, None) => VolumeClaim::Missing { kind: "PVC", name: d.name.clone() },
@@ -137,6 +143,33 @@ fn claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<String, Volum
     out
 }
 
+/// The nodes of `pods` that are lost: gone from the API server, or whose `Ready` condition is not True (the node
+/// lifecycle controller sets Unknown once the kubelet stopped reporting for its grace period). Read live: rare
+/// (deleted or final VMIs with pods left only) and the answer decides a force deletion; a node that cannot be read
+/// is not lost.
+async fn lost_nodes(ctx: &Context, pods: &[Pod]) -> BTreeSet<String> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let names: BTreeSet<&String> = pods.iter().filter_map(|p| p.spec.as_ref()?.node_name.as_ref()).collect();
+    let mut lost = BTreeSet::new();
+    for name in names {
+        let node = match nodes.get_opt(name).await {
+            Ok(n) => n,
+            Err(e) => {
+                // Not knowing makes no node lost: the ordinary deletion path goes on.
+                tracing::warn!(node = %name, error = %e, "cannot read the node of a deleted VMI's pod");
+                continue;
+            }
+        };
+        let ready = node
+            .as_ref()
+            .and_then(|n| n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").cloned());
+        if ready.is_none_or(|c| c.status != "True") {
+            lost.insert(name.clone());
+        }
+    }
+    lost
+}
+
 async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<Requeue> {
     // read (the pod store is fed by the controller's own pod stream: complete once it has listed)
     if ctx.stores.pods.wait_until_ready().await.is_err() {
@@ -148,11 +181,17 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         // Before concluding that the pod vanished, ask the API server (the cache may lag a fresh pod).
         pods = live_pods(ctx, vmi).await?;
     }
+    let lost_nodes = if (phase.is_final() || vmi.metadata.deletion_timestamp.is_some()) && !pods.is_empty() {
+        lost_nodes(ctx, &pods).await
+    } else {
+        BTreeSet::new()
+    };
     let observed = Observed {
         vmi,
         pods: pods.iter().collect(),
         claims: claims(ctx, vmi),
         has_data_volumes: vmi.spec.volumes.iter().flatten().any(|v| v.data_volume.is_some()),
+        lost_nodes,
         settings: &ctx.settings,
         now: Time(Timestamp::now()),
     };
@@ -196,6 +235,13 @@ async fn apply(ctx: &Context, vmi: &VirtualMachineInstance, action: Action) -> R
         Action::DeletePod(pod) => {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
             delete_if_present(&api, &pod).await.map_err(kube(format!("deleting pod {ns}/{pod}")))?;
+        }
+        Action::ForceDeletePod(pod) => {
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            tracing::warn!(vmi = %format!("{ns}/{name}"), %pod, "force-deleting a launcher pod on a lost node");
+            delete_with_if_present(&api, &pod, &DeleteParams::default().grace_period(0))
+                .await
+                .map_err(kube(format!("force-deleting pod {ns}/{pod}")))?;
         }
         Action::UpdateVmi(next) => {
             let mut next = *next;

@@ -13,7 +13,7 @@
 //! not happened [`NODE_AGENT_SLACK`] after the grace period, the pods are deleted (the launcher's own SIGTERM
 //! handling then stops the guest).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use contracts::kubevirt::consts::{finalizer, label, reason};
@@ -42,6 +42,10 @@ pub const REASON_POD_FAILED: &str = "PodFailed";
 pub const EVENT_CREATED: &str = "SuccessfulCreate";
 /// Event reason of a deleted launcher pod (upstream's).
 pub const EVENT_DELETED: &str = "SuccessfulDelete";
+/// How often a deleted or final VMI with pods left is looked at again (a lost node is noticed by polling).
+pub const NODE_RECHECK: Duration = Duration::from_secs(5);
+/// `Provisioning` reason while a temporary pod binds WaitForFirstConsumer claims.
+pub const REASON_WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
 /// Event reason of a failed sync (upstream's `SyncFailed`).
 pub const EVENT_SYNC_FAILED: &str = "SyncFailed";
 
@@ -50,6 +54,8 @@ pub const EVENT_SYNC_FAILED: &str = "SyncFailed";
 pub enum VolumeClaim {
     /// Usable: the PVC exists (and its DataVolume, if any, is ready).
     Bound(Claim),
+    /// A DataVolume in phase `WaitForFirstConsumer` with its (unbound) PVC: a temporary pod binds it.
+    FirstConsumer(Claim),
     /// A DataVolume that is not ready yet (`ready` = its Ready condition's status).
     DataVolumeNotReady {
         /// DataVolume name.
@@ -81,6 +87,9 @@ pub struct Observed<'a> {
     pub claims: BTreeMap<String, VolumeClaim>,
     /// Whether any of its volumes is a DataVolume (the `DataVolumesReady` condition is kept then).
     pub has_data_volumes: bool,
+    /// The nodes of its pods that are lost: gone from the API, or not Ready (the kubelet stopped reporting). Read
+    /// only for a deleted or final VMI with pods left.
+    pub lost_nodes: BTreeSet<String>,
     /// Pod rendering settings.
     pub settings: &'a PodSettings,
     /// The current time.
@@ -94,6 +103,8 @@ pub enum Action {
     CreatePod(Box<Pod>),
     /// Delete the launcher pod of this name.
     DeletePod(String),
+    /// Delete the pod of this name with grace period 0: its node is lost and will never confirm the deletion.
+    ForceDeletePod(String),
     /// Replace the VMI with this one (metadata and status changed; resourceVersion of the observed one).
     UpdateVmi(Box<VirtualMachineInstance>),
     /// Record an event on the VMI.
@@ -157,6 +168,8 @@ fn fail(status: &mut VirtualMachineInstanceStatus, message: &str, now: &Time, ac
 /// Claims ready for rendering, or why the VMI waits.
 enum ClaimCheck {
     Ready(BTreeMap<String, Claim>),
+    /// Some DataVolume waits for its first consumer: bind these claims with a temporary pod.
+    FirstConsumer(BTreeMap<String, Claim>),
     Waiting,
     Failed(String),
 }
@@ -167,10 +180,15 @@ fn check_claims(o: &Observed<'_>, status: &mut VirtualMachineInstanceStatus) -> 
     let mut missing = None;
     let mut dv_status = ConditionStatus::True;
     let mut failed = None;
+    let mut first_consumer = BTreeMap::new();
     for (volume, claim) in &o.claims {
         match claim {
             VolumeClaim::Bound(c) => {
                 ready.insert(volume.clone(), c.clone());
+            }
+            VolumeClaim::FirstConsumer(c) => {
+                first_consumer.insert(volume.clone(), c.clone());
+                dv_status = ConditionStatus::False;
             }
             VolumeClaim::DataVolumeNotReady { ready: r, .. } => {
                 if *r == ConditionStatus::False || dv_status == ConditionStatus::True {
@@ -206,6 +224,21 @@ fn check_claims(o: &Observed<'_>, status: &mut VirtualMachineInstanceStatus) -> 
         return ClaimCheck::Failed(format!("DataVolume {name} failed"));
     }
     let ns = o.vmi.namespace().unwrap_or_default();
+    if missing.is_none() && !first_consumer.is_empty() {
+        let names: Vec<&str> = first_consumer.values().map(|c| c.name.as_str()).collect();
+        status.set_condition(
+            VirtualMachineInstanceCondition::new(
+                Type::Provisioning,
+                ConditionStatus::True,
+                REASON_WAIT_FOR_FIRST_CONSUMER,
+                &format!("a temporary pod binds the WaitForFirstConsumer claims {}", names.join(", ")),
+            ),
+            now,
+        );
+        first_consumer.extend(ready);
+        return ClaimCheck::FirstConsumer(first_consumer);
+    }
+    status.remove_condition(&Type::Provisioning);
     match missing {
         Some((kind, name)) => {
             let message = format!("{kind} {ns}/{name} does not exist, waiting for it to appear");
@@ -265,16 +298,30 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     let mut requeue = None;
     let phase = vmi.phase();
     let deleting = vmi.metadata.deletion_timestamp.as_ref();
-    let pod = o.pods.first().copied();
+    let (temporary, launchers): (Vec<&Pod>, Vec<&Pod>) = o.pods.iter().partition(|p| pod::is_first_consumer(p));
+    let pod = launchers.first().copied();
     let state = pod.map(status::observe);
-    let delete_pods = |actions: &mut Vec<Action>| {
-        for p in &o.pods {
-            if p.metadata.deletion_timestamp.is_none() {
-                actions.push(Action::DeletePod(p.name_any()));
+    let lost_node = |p: &Pod| -> Option<String> {
+        p.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| o.lost_nodes.contains(n))
+    };
+    let delete_pods = |pods: &[&Pod], actions: &mut Vec<Action>| {
+        for p in pods {
+            let name = p.name_any();
+            if let Some(node) = lost_node(p) {
+                // Nobody on a lost node confirms a deletion: without this the pod (and the VMI's finalizer, and
+                // the VM) would stay Terminating until the node came back (§10.2).
+                actions.push(Action::ForceDeletePod(name.clone()));
+                actions.push(Action::Event {
+                    severity: Severity::Warning,
+                    reason: EVENT_DELETED,
+                    message: format!("Force-deleted virtual machine pod {name}: its node {node} is lost"),
+                });
+            } else if p.metadata.deletion_timestamp.is_none() {
+                actions.push(Action::DeletePod(name.clone()));
                 actions.push(Action::Event {
                     severity: Severity::Normal,
                     reason: EVENT_DELETED,
-                    message: format!("Deleted virtual machine pod {}", p.name_any()),
+                    message: format!("Deleted virtual machine pod {name}"),
                 });
             }
         }
@@ -284,7 +331,17 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         let mut cleanup = true;
         if !is_final(&phase) {
             let down = matches!(state, None | Some(PodState::Down { .. }));
+            let lost = pod.and_then(lost_node);
             match phase {
+                Phase::Scheduled | Phase::Running if lost.is_some() => fail(
+                    &mut status,
+                    &format!(
+                        "the node {} of the virt-launcher pod is lost while the VMI was being deleted",
+                        lost.unwrap_or_default()
+                    ),
+                    now,
+                    &mut actions,
+                ),
                 Phase::Scheduled | Phase::Running if !down => {
                     // The node agent shuts the guest down; the controller only steps in once it is overdue.
                     let since = deleting.map(|t| elapsed_since(t, now)).unwrap_or_default();
@@ -301,7 +358,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
             }
         }
         if cleanup {
-            delete_pods(&mut actions);
+            delete_pods(&o.pods, &mut actions);
+        }
+        if !o.pods.is_empty() && requeue.is_none() {
+            requeue = Some(NODE_RECHECK);
         }
         if is_final(status.phase.as_ref().unwrap_or(&Phase::Unset)) {
             status.launcher_container_image_version = None;
@@ -319,6 +379,26 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 ClaimCheck::Failed(message) => fail(&mut status, &message, now, &mut actions),
                 ClaimCheck::Waiting => {
                     status.set_phase(Phase::Pending, now);
+                    requeue = Some(CLAIM_RECHECK);
+                }
+                ClaimCheck::FirstConsumer(claims) => {
+                    status.set_phase(Phase::Pending, now);
+                    requeue = Some(CLAIM_RECHECK);
+                    match temporary.first() {
+                        None if pod.is_none() => actions
+                            .push(Action::CreatePod(Box::new(pod::render_first_consumer(vmi, &claims, o.settings)))),
+                        None => {}
+                        Some(t) => match status::unschedulable(t) {
+                            Some(c) => status.set_condition(c, now),
+                            None => status.remove_condition(&Type::PodScheduled),
+                        },
+                    }
+                }
+                ClaimCheck::Ready(_) if !temporary.is_empty() => {
+                    // The claims are bound: the temporary pod goes before the launcher comes.
+                    status.remove_condition(&Type::PodScheduled);
+                    status.set_phase(Phase::Pending, now);
+                    delete_pods(&temporary, &mut actions);
                     requeue = Some(CLAIM_RECHECK);
                 }
                 ClaimCheck::Ready(claims) => {
@@ -439,10 +519,29 @@ mod tests {
     }
 
     fn run(vmi: &VirtualMachineInstance, pods: &[Pod], claims: BTreeMap<String, VolumeClaim>, now: i64) -> Plan {
+        run_lost(vmi, pods, claims, &[], now)
+    }
+
+    fn run_lost(
+        vmi: &VirtualMachineInstance,
+        pods: &[Pod],
+        claims: BTreeMap<String, VolumeClaim>,
+        lost: &[&str],
+        now: i64,
+    ) -> Plan {
         let s = settings();
         let has_data_volumes = claims.values().any(|c| matches!(c, VolumeClaim::DataVolumeNotReady { .. }))
             || vmi.spec.volumes.iter().flatten().any(|v| v.data_volume.is_some());
-        plan(&Observed { vmi, pods: pods.iter().collect(), claims, has_data_volumes, settings: &s, now: t(now) })
+        let lost_nodes = lost.iter().map(|n| (*n).to_owned()).collect();
+        plan(&Observed {
+            vmi,
+            pods: pods.iter().collect(),
+            claims,
+            has_data_volumes,
+            lost_nodes,
+            settings: &s,
+            now: t(now),
+        })
     }
 
     fn updated(p: &Plan) -> VirtualMachineInstance {
@@ -461,6 +560,7 @@ mod tests {
             .map(|a| match a {
                 Action::CreatePod(_) => "create",
                 Action::DeletePod(_) => "delete",
+                Action::ForceDeletePod(_) => "force-delete",
                 Action::UpdateVmi(_) => "update",
                 Action::Event { .. } => "event",
             })
@@ -628,6 +728,93 @@ mod tests {
         let p = run(&early, &[running_pod(false, false)], BTreeMap::new(), 100);
         assert_eq!(kinds(&p)[..2], ["delete", "event"]);
         assert_eq!(updated(&p).phase(), Phase::Failed);
+    }
+
+    #[test]
+    fn a_wait_for_first_consumer_data_volume_is_bound_by_a_temporary_pod() {
+        let mut v = vmi(Some("Pending"));
+        v.spec.volumes = Some(vec![crds::kubevirt::Volume {
+            name: "disk".into(),
+            data_volume: Some(crds::kubevirt::volume::DataVolumeSource { name: "dv".into(), ..Default::default() }),
+            ..Default::default()
+        }]);
+        let claim = Claim { name: "dv".into(), mode: pod::ClaimMode::Filesystem, read_only: false };
+        let wffc = BTreeMap::from([("disk".to_owned(), VolumeClaim::FirstConsumer(claim.clone()))]);
+        // No pod: the temporary one, with the claim and the launcher's resources; the VMI stays Pending.
+        let p = run(&v, &[], wffc.clone(), 100);
+        assert_eq!(kinds(&p), ["create", "update"]);
+        let Some(Action::CreatePod(temp)) = p.actions.first() else { panic!("{:?}", p.actions) };
+        assert!(pod::is_first_consumer(temp));
+        let spec = temp.spec.clone().unwrap_or_default();
+        let claims: Vec<_> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| &c.claim_name)
+            .collect();
+        assert_eq!(claims, ["dv"]);
+        assert_eq!(spec.containers.len(), 1);
+        let memory =
+            spec.containers[0].resources.as_ref().and_then(|r| r.requests.as_ref()).and_then(|r| r.get("memory"));
+        assert!(memory.is_some(), "the temporary pod is scheduled like the launcher");
+        let u = updated(&p);
+        assert_eq!(u.phase(), Phase::Pending);
+        assert_eq!(p.requeue, Some(CLAIM_RECHECK));
+        assert_eq!(cond(&u, Type::Provisioning), Some((ConditionStatus::True, Some("WaitForFirstConsumer".into()))));
+        assert_eq!(cond(&u, Type::DataVolumesReady).map(|c| c.0), Some(ConditionStatus::False));
+
+        // The temporary pod exists (unschedulable): shown, nothing created twice.
+        let mut temp = pod(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/1 nodes are available"}]}));
+        temp.annotations_mut().insert("kubevirt.io/ephemeral-provisioning".into(), "true".into());
+        let p = run(&u, std::slice::from_ref(&temp), wffc, 101);
+        assert_eq!(kinds(&p), ["update"]);
+        assert_eq!(
+            cond(&updated(&p), Type::PodScheduled),
+            Some((ConditionStatus::False, Some("Unschedulable".into())))
+        );
+
+        // Bound and imported: the temporary pod goes first, then the launcher comes.
+        let bound = BTreeMap::from([("disk".to_owned(), VolumeClaim::Bound(claim))]);
+        let p = run(&u, std::slice::from_ref(&temp), bound.clone(), 102);
+        assert_eq!(kinds(&p), ["delete", "event", "update"]);
+        let u = updated(&p);
+        assert_eq!(u.phase(), Phase::Pending);
+        assert!(cond(&u, Type::Provisioning).is_none());
+        let p = run(&u, &[], bound, 103);
+        assert_eq!(kinds(&p), ["create", "update"]);
+        let Some(Action::CreatePod(launcher)) = p.actions.first() else { panic!("{:?}", p.actions) };
+        assert!(!pod::is_first_consumer(launcher));
+        assert_eq!(updated(&p).phase(), Phase::Scheduling);
+    }
+
+    #[test]
+    fn pods_on_a_lost_node_are_force_deleted_for_a_deleted_vmi() {
+        let mut v = vmi(Some("Running"));
+        v.metadata.deletion_timestamp = Some(t(100));
+        let live = running_pod(true, true);
+        // The node is lost: no waiting for its node agent, the VMI fails and the pod is force-deleted.
+        let p = run_lost(&v, std::slice::from_ref(&live), BTreeMap::new(), &["node1"], 101);
+        assert_eq!(kinds(&p)[..3], ["event", "force-delete", "event"], "{:?}", p.actions);
+        let u = updated(&p);
+        assert_eq!(u.phase(), Phase::Failed);
+        let sync = u.status.as_ref().and_then(|s| s.condition(&Type::Synchronized)).cloned().unwrap_or_default();
+        assert_eq!(
+            sync.message.as_deref(),
+            Some("the node node1 of the virt-launcher pod is lost while the VMI was being deleted")
+        );
+        assert_eq!(u.finalizers(), ["kubevirt.io/foregroundDeleteVirtualMachine"], "kept while the pod exists");
+        assert_eq!(p.requeue, Some(NODE_RECHECK));
+        // A pod already terminating on a lost node (deleted normally before the node was lost): force-deleted too.
+        let mut terminating = live.clone();
+        terminating.metadata.deletion_timestamp = Some(t(100));
+        let p = run_lost(&u, std::slice::from_ref(&terminating), BTreeMap::new(), &["node1"], 102);
+        assert_eq!(kinds(&p)[..2], ["force-delete", "event"]);
+        // On a healthy node a terminating pod is left to its kubelet.
+        let p = run(&u, std::slice::from_ref(&terminating), BTreeMap::new(), 102);
+        assert!(!kinds(&p).contains(&"force-delete") && !kinds(&p).contains(&"delete"));
+        assert_eq!(p.requeue, Some(NODE_RECHECK));
     }
 
     #[test]

@@ -280,11 +280,6 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
     let overhead = memory_overhead(vmi);
     let volumes_spec: &[Volume] = vmi.spec.volumes.as_deref().unwrap_or_default();
 
-    let mut labels = vmi.labels().clone();
-    labels.insert(label::KUBEVIRT.into(), label::VIRT_LAUNCHER.into());
-    labels.insert(label::CREATED_BY.into(), uid.clone());
-    labels.insert(label::VM_NAME.into(), hostname(vmi));
-    labels.insert(label::VMI_ID.into(), vmi_id(&name));
     let annotations = BTreeMap::from([
         (ann::DOMAIN.to_owned(), name.clone()),
         (ann::DEFAULT_CONTAINER.to_owned(), paths::COMPUTE_CONTAINER.to_owned()),
@@ -470,13 +465,39 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
         ..Default::default()
     };
 
+    let mut pod = shell(vmi, annotations);
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.init_containers = (!init_containers.is_empty()).then_some(init_containers);
+    spec.containers = vec![compute, console];
+    spec.volumes = Some(volumes);
+    spec.termination_grace_period_seconds = Some(vmi_grace(vmi) + GRACE_PADDING_SECS);
+    spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: READINESS_GATE_UNPAUSED.into() }]);
+    spec.hostname = Some(hostname(vmi));
+    spec.subdomain = vmi.spec.subdomain.clone();
+    spec.dns_policy = vmi.spec.dns_policy.clone();
+    spec.dns_config = vmi.spec.dns_config.clone();
+    spec.image_pull_secrets = (!pull_secrets.is_empty()).then_some(pull_secrets);
+    pod
+}
+
+/// What every pod of `vmi` shares: `generateName`, the launcher labels, `annotations`, the VMI as controller
+/// owner, and the VMI's placement (node selector plus `kubevirt.io/schedulable`, affinity, tolerations, topology
+/// spread, priority class, scheduler); restart policy `Never`, no service account token.
+fn shell(vmi: &VirtualMachineInstance, annotations: BTreeMap<String, String>) -> Pod {
+    let name = vmi.name_any();
+    let uid = vmi.uid().unwrap_or_default();
+    let mut labels = vmi.labels().clone();
+    labels.insert(label::KUBEVIRT.into(), label::VIRT_LAUNCHER.into());
+    labels.insert(label::CREATED_BY.into(), uid.clone());
+    labels.insert(label::VM_NAME.into(), hostname(vmi));
+    labels.insert(label::VMI_ID.into(), vmi_id(&name));
     let spec = &vmi.spec;
     let mut node_selector = spec.node_selector.clone().unwrap_or_default();
     node_selector.insert(label::SCHEDULABLE.into(), "true".into());
     Pod {
         metadata: ObjectMeta {
             generate_name: Some(name_prefix(&name)),
-            namespace: Some(namespace),
+            namespace: vmi.namespace(),
             labels: Some(labels),
             annotations: Some(annotations),
             owner_references: Some(vec![OwnerReference {
@@ -490,29 +511,62 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
             ..Default::default()
         },
         spec: Some(PodSpec {
-            init_containers: (!init_containers.is_empty()).then_some(init_containers),
-            containers: vec![compute, console],
-            volumes: Some(volumes),
             restart_policy: Some("Never".into()),
-            termination_grace_period_seconds: Some(vmi_grace(vmi) + GRACE_PADDING_SECS),
-            readiness_gates: Some(vec![PodReadinessGate { condition_type: READINESS_GATE_UNPAUSED.into() }]),
             node_selector: Some(node_selector),
             affinity: spec.affinity.clone(),
             tolerations: spec.tolerations.clone(),
             topology_spread_constraints: spec.topology_spread_constraints.clone(),
             priority_class_name: spec.priority_class_name.clone(),
             scheduler_name: spec.scheduler_name.clone(),
-            hostname: Some(hostname(vmi)),
-            subdomain: spec.subdomain.clone(),
-            dns_policy: spec.dns_policy.clone(),
-            dns_config: spec.dns_config.clone(),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
-            image_pull_secrets: (!pull_secrets.is_empty()).then_some(pull_secrets),
             ..Default::default()
         }),
         status: None,
     }
+}
+
+/// Whether `pod` is a temporary first-consumer pod ([`render_first_consumer`]), not a launcher.
+pub fn is_first_consumer(pod: &Pod) -> bool {
+    pod.annotations().get(ann::EPHEMERAL_PROVISIONING).is_some_and(|v| v == "true")
+}
+
+/// Renders the temporary pod that binds the VMI's WaitForFirstConsumer claims before its DataVolumes are
+/// imported (upstream's "temporary pod"): the launcher pod's placement and compute resources, so the scheduler
+/// picks a node the VM fits on and the claims are provisioned there; every claim in `claims` as a pod volume; one
+/// container that exits at once. Annotated `kubevirt.io/ephemeral-provisioning: "true"`; the VMI stays Pending
+/// and the controller deletes the pod once no claim waits for a consumer.
+pub fn render_first_consumer(
+    vmi: &VirtualMachineInstance,
+    claims: &BTreeMap<String, Claim>,
+    settings: &PodSettings,
+) -> Pod {
+    let annotations = BTreeMap::from([(ann::EPHEMERAL_PROVISIONING.to_owned(), "true".to_owned())]);
+    let mut pod = shell(vmi, annotations);
+    let volumes = claims
+        .iter()
+        .map(|(volume, claim)| PodVolume {
+            name: pod_volume(volume),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.name.clone(),
+                read_only: claim.read_only.then_some(true),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.volumes = Some(volumes);
+    spec.termination_grace_period_seconds = Some(0);
+    spec.containers = vec![Container {
+        name: paths::COMPUTE_CONTAINER.into(),
+        image: Some(settings.launcher_image.clone()),
+        image_pull_policy: Some(settings.pull_policy.clone()),
+        command: Some(vec!["/bin/busybox".into(), "echo".into(), "bound PVCs".into()]),
+        resources: Some(compute_resources(vmi, memory_overhead(vmi))),
+        security_context: Some(unprivileged()),
+        ..Default::default()
+    }];
+    pod
 }
 
 #[cfg(test)]
