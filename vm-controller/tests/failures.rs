@@ -18,7 +18,6 @@
 
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -30,9 +29,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube_test_support::{Error, Result, TestCluster, cluster_dir, describe, poll_until, registry};
+use kube_test_support::{Error, Result, describe, poll_until, registry};
 use stack_support::NAMESPACE;
-use stack_support::vmi::{MARKER, VmiEnv, condition, handler_ready, stack_ready};
+use stack_support::vmi::{MARKER, VmiEnv, condition, handler_ready};
 
 /// The guest's markers (`tests/guest/README.md`).
 const TICK: &str = "KUBEVIRT-RS-GUEST-TICK";
@@ -62,11 +61,7 @@ fn err(message: impl Into<String>) -> Error {
 /// The already running cluster and stack (nothing is installed or restarted), the guest's containerDisk and a
 /// fresh namespace.
 async fn setup(prefix: &str) -> Result<Env> {
-    let kubeconfig =
-        std::env::var_os("KUBECONFIG").map_or_else(|| cluster_dir().join("admin.kubeconfig"), PathBuf::from);
-    let cluster = TestCluster::from_kubeconfig(kubeconfig);
-    stack_ready(&cluster.client().await?).await?;
-    Ok(Env(VmiEnv::new(cluster, prefix).await?))
+    Ok(Env(VmiEnv::on_installed_stack(prefix).await?))
 }
 
 fn pod_ready(p: &Pod) -> bool {

@@ -113,10 +113,12 @@ pub struct MachinePreferences {
     pub extra: Extra,
 }
 
-/// Defines the namespaced and the cluster-wide kind over one spec type each (the `kube` derive makes one kind
-/// per struct; upstream's two kinds share a spec).
-macro_rules! instancetype_kinds {
-    ($(#[$doc:meta])* $spec:ident, $kind:literal, $plural:literal, $singular:literal, [$($short:literal),*], $($scope:ident)?) => {
+/// One `instancetype.kubevirt.io/v1beta1` kind: the CRD attributes every kind shares, the spec's `fields`, and the
+/// unknown fields kept verbatim. The namespaced and the cluster-wide kind get one spec type each (the `kube`
+/// derive makes one kind per struct; upstream's two kinds share a spec).
+macro_rules! v1beta1_kind {
+    ($(#[$doc:meta])* $spec:ident, $kind:literal, $plural:literal, $singular:literal, [$($short:literal),*],
+     $($scope:ident)? { $($fields:tt)* }) => {
         $(#[$doc])*
         #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
         #[kube(
@@ -132,6 +134,19 @@ macro_rules! instancetype_kinds {
         #[serde(rename_all = "camelCase")]
         #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
         pub struct $spec {
+            $($fields)*
+            /// Fields this version does not model, kept verbatim.
+            #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+            #[schemars(skip)]
+            pub extra: Extra,
+        }
+    };
+}
+
+/// An instancetype kind (namespaced or cluster-wide): what the VM gets.
+macro_rules! instancetype_kinds {
+    ($(#[$doc:meta])* $spec:ident, $kind:literal, $plural:literal, $singular:literal, [$($short:literal),*], $($scope:ident)?) => {
+        v1beta1_kind!($(#[$doc])* $spec, $kind, $plural, $singular, [$($short),*], $($scope)? {
             /// vCPUs.
             pub cpu: CpuInstancetype,
             /// Memory.
@@ -145,31 +160,14 @@ macro_rules! instancetype_kinds {
             /// Scheduler of the VMI.
             #[serde(skip_serializing_if = "Option::is_none")]
             pub scheduler_name: Option<String>,
-            /// Fields this version does not model, kept verbatim.
-            #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
-            #[schemars(skip)]
-            pub extra: Extra,
-        }
+        });
     };
 }
 
+/// A preference kind (namespaced or cluster-wide): defaults for what the VM leaves unset.
 macro_rules! preference_kinds {
     ($(#[$doc:meta])* $spec:ident, $kind:literal, $plural:literal, $singular:literal, [$($short:literal),*], $($scope:ident)?) => {
-        $(#[$doc])*
-        #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-        #[kube(
-            group = "instancetype.kubevirt.io",
-            version = "v1beta1",
-            kind = $kind,
-            plural = $plural,
-            singular = $singular,
-            $($scope,)?
-            $(shortname = $short,)*
-            category = "all"
-        )]
-        #[serde(rename_all = "camelCase")]
-        #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
-        pub struct $spec {
+        v1beta1_kind!($(#[$doc])* $spec, $kind, $plural, $singular, [$($short),*], $($scope)? {
             /// Device defaults.
             #[serde(skip_serializing_if = "Option::is_none")]
             pub devices: Option<DevicePreferences>,
@@ -179,11 +177,7 @@ macro_rules! preference_kinds {
             /// Machine type.
             #[serde(skip_serializing_if = "Option::is_none")]
             pub machine: Option<MachinePreferences>,
-            /// Fields this version does not model, kept verbatim.
-            #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
-            #[schemars(skip)]
-            pub extra: Extra,
-        }
+        });
     };
 }
 

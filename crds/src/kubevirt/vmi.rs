@@ -965,39 +965,14 @@ impl VirtualMachineInstanceStatus {
         self.conditions.as_deref().unwrap_or_default().iter().find(|c| &c.type_ == t)
     }
 
-    /// Sets `c`, replacing the condition of its type. Setting the same status, reason and message again changes
-    /// nothing; otherwise the transition time moves to `now` only when the status changes, and a condition that
-    /// carries its own times (copied from a pod) keeps them.
-    pub fn set_condition(&mut self, mut c: VirtualMachineInstanceCondition, now: &Time) {
-        let conditions = self.conditions.get_or_insert_default();
-        match conditions.iter_mut().find(|old| old.type_ == c.type_) {
-            Some(old) => {
-                if old.status == c.status && old.reason == c.reason && old.message == c.message {
-                    return;
-                }
-                if c.last_transition_time.is_none() {
-                    c.last_transition_time =
-                        if old.status == c.status { old.last_transition_time.clone() } else { Some(now.clone()) };
-                }
-                c.last_probe_time.get_or_insert_with(|| now.clone());
-                *old = c;
-            }
-            None => {
-                c.last_transition_time.get_or_insert_with(|| now.clone());
-                c.last_probe_time.get_or_insert_with(|| now.clone());
-                conditions.push(c);
-            }
-        }
+    /// Sets `c`, replacing the condition of its type ([`super::wire::set_condition`]).
+    pub fn set_condition(&mut self, c: VirtualMachineInstanceCondition, now: &Time) {
+        super::wire::set_condition(&mut self.conditions, c, now);
     }
 
     /// Removes the condition of type `t` (and an emptied list).
     pub fn remove_condition(&mut self, t: &VirtualMachineInstanceConditionType) {
-        if let Some(conditions) = self.conditions.as_mut() {
-            conditions.retain(|c| &c.type_ != t);
-            if conditions.is_empty() {
-                self.conditions = None;
-            }
-        }
+        super::wire::remove_condition(&mut self.conditions, t);
     }
 
     /// Moves to `phase`, recording its transition time in `phaseTransitionTimestamps` once per phase.
@@ -1013,24 +988,6 @@ impl VirtualMachineInstanceStatus {
                 phase_transition_timestamp: Some(now.clone()),
                 ..Default::default()
             });
-        }
-    }
-}
-
-impl VirtualMachineInstanceCondition {
-    /// A condition with this content and no times yet ([`VirtualMachineInstanceStatus::set_condition`] sets them).
-    pub fn new(
-        type_: VirtualMachineInstanceConditionType,
-        status: ConditionStatus,
-        reason: &str,
-        message: &str,
-    ) -> Self {
-        VirtualMachineInstanceCondition {
-            type_,
-            status,
-            reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
-            ..Default::default()
         }
     }
 }

@@ -71,6 +71,60 @@ pub struct Condition<T> {
     pub extra: Extra,
 }
 
+impl<T: PartialEq> Condition<T> {
+    /// A condition with this content and no times yet ([`set_condition`] sets them).
+    pub fn new(type_: T, status: super::vmi::ConditionStatus, reason: &str, message: &str) -> Self {
+        Condition {
+            type_,
+            status,
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_probe_time: None,
+            last_transition_time: None,
+            extra: Extra::default(),
+        }
+    }
+}
+
+/// Sets `c` in `conditions` (a `status.conditions`), replacing the condition of its type. Setting the same status,
+/// reason and message again changes nothing; otherwise the transition time moves to `now` only when the status
+/// changes, and a condition that carries its own times (copied from a pod) keeps them.
+pub fn set_condition<T: PartialEq>(
+    conditions: &mut Option<Vec<Condition<T>>>,
+    mut c: Condition<T>,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) {
+    let conditions = conditions.get_or_insert_default();
+    match conditions.iter_mut().find(|old| old.type_ == c.type_) {
+        Some(old) => {
+            if old.status == c.status && old.reason == c.reason && old.message == c.message {
+                return;
+            }
+            if c.last_transition_time.is_none() {
+                c.last_transition_time =
+                    if old.status == c.status { old.last_transition_time.clone() } else { Some(now.clone()) };
+            }
+            c.last_probe_time.get_or_insert_with(|| now.clone());
+            *old = c;
+        }
+        None => {
+            c.last_transition_time.get_or_insert_with(|| now.clone());
+            c.last_probe_time.get_or_insert_with(|| now.clone());
+            conditions.push(c);
+        }
+    }
+}
+
+/// Removes the condition of type `t` from `conditions` (and an emptied list).
+pub fn remove_condition<T: PartialEq>(conditions: &mut Option<Vec<Condition<T>>>, t: &T) {
+    if let Some(list) = conditions.as_mut() {
+        list.retain(|c| &c.type_ != t);
+        if list.is_empty() {
+            *conditions = None;
+        }
+    }
+}
+
 /// Defines an enum over upstream's exact strings plus `Other(String)`, with `as_str`, `KNOWN`, `From<&str>`,
 /// `From<String>`, `Display`, `Default` (the empty string, Go's zero value), serde as a plain string and a
 /// `{"type": "string"}` schema.

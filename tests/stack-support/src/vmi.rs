@@ -102,6 +102,16 @@ impl VmiEnv {
         Ok(VmiEnv { cluster, client, ns, image })
     }
 
+    /// [`VmiEnv::new`] on the cluster `KUBECONFIG` names (default: the test cluster's), once its installed stack
+    /// is ready ([`stack_ready`]); nothing is installed or restarted.
+    pub async fn on_installed_stack(prefix: &str) -> Result<VmiEnv> {
+        let kubeconfig = std::env::var_os("KUBECONFIG")
+            .map_or_else(|| kube_test_support::cluster_dir().join("admin.kubeconfig"), std::path::PathBuf::from);
+        let cluster = TestCluster::from_kubeconfig(kubeconfig);
+        stack_ready(&cluster.client().await?).await?;
+        VmiEnv::new(cluster, prefix).await
+    }
+
     /// The namespace's VMIs.
     pub fn vmis(&self) -> Api<VirtualMachineInstance> {
         Api::namespaced(self.client.clone(), self.ns.name())

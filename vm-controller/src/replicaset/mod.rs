@@ -112,16 +112,13 @@ async fn reconcile_once(rs: &VirtualMachineInstanceReplicaSet, ctx: &Context) ->
 }
 
 fn set_failure(status: &mut VirtualMachineInstanceReplicaSetStatus, message: &str) {
-    let conditions = status.conditions.get_or_insert_default();
-    conditions.retain(|c| c.type_ != ReplicaSetConditionType::ReplicaFailure);
-    conditions.push(VirtualMachineInstanceReplicaSetCondition {
-        type_: ReplicaSetConditionType::ReplicaFailure,
-        status: ConditionStatus::True,
-        reason: Some(plan::REASON_FAILED_CREATE.into()),
-        message: Some(message.into()),
-        last_transition_time: Some(Time(Timestamp::now())),
-        ..Default::default()
-    });
+    let failure = VirtualMachineInstanceReplicaSetCondition::new(
+        ReplicaSetConditionType::ReplicaFailure,
+        ConditionStatus::True,
+        plan::REASON_FAILED_CREATE,
+        message,
+    );
+    crds::kubevirt::wire::set_condition(&mut status.conditions, failure, &Time(Timestamp::now()));
 }
 
 async fn write_status(

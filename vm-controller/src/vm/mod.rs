@@ -166,16 +166,9 @@ async fn report_failure(
     message: &str,
 ) {
     let mut status = planned.or_else(|| vm.status.clone()).unwrap_or_default();
-    let conditions = status.conditions.get_or_insert_default();
-    conditions.retain(|c| c.type_ != VirtualMachineConditionType::Failure);
-    conditions.push(VirtualMachineCondition {
-        type_: VirtualMachineConditionType::Failure,
-        status: ConditionStatus::True,
-        reason: Some(reason.to_owned()),
-        message: Some(message.to_owned()),
-        last_transition_time: Some(Time(Timestamp::now())),
-        ..Default::default()
-    });
+    let failure =
+        VirtualMachineCondition::new(VirtualMachineConditionType::Failure, ConditionStatus::True, reason, message);
+    crds::kubevirt::wire::set_condition(&mut status.conditions, failure, &Time(Timestamp::now()));
     let mut next = vm.clone();
     next.status = Some(status);
     let ns = vm.namespace().unwrap_or_default();

@@ -24,7 +24,7 @@ use crds::kubevirt::vmi::{
     ConditionStatus, StartStrategy, VirtualMachineInstanceConditionType as VmiType,
     VirtualMachineInstancePhase as Phase, VirtualMachineInstanceSpec,
 };
-use crds::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance, VirtualMachineStatus};
+use crds::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance, VirtualMachineStatus, wire};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::{Resource, ResourceExt};
 
@@ -519,42 +519,20 @@ fn push_status(plan: &mut Plan, old: &VirtualMachineStatus, new: VirtualMachineS
     }
 }
 
-/// Sets (Some) or removes (None) one of the VM's own conditions.
+/// Sets (Some) or removes (None) one of the VM's own conditions (an empty reason is left out).
 fn set_own_condition(
     status: &mut VirtualMachineStatus,
     t: VmType,
     value: Option<(ConditionStatus, &str, &str)>,
     now: &Time,
 ) {
-    let conditions = status.conditions.get_or_insert_default();
     match value {
-        None => conditions.retain(|c| c.type_ != t),
+        None => wire::remove_condition(&mut status.conditions, &t),
         Some((s, r, m)) => {
-            let reason = (!r.is_empty()).then(|| r.to_owned());
-            match conditions.iter_mut().find(|c| c.type_ == t) {
-                Some(c) if c.status == s && c.reason == reason && c.message.as_deref() == Some(m) => {}
-                Some(c) => {
-                    if c.status != s {
-                        c.last_transition_time = Some(now.clone());
-                    }
-                    c.status = s;
-                    c.reason = reason;
-                    c.message = Some(m.to_owned());
-                    c.last_probe_time = None;
-                }
-                None => conditions.push(VirtualMachineCondition {
-                    type_: t,
-                    status: s,
-                    reason,
-                    message: Some(m.to_owned()),
-                    last_transition_time: Some(now.clone()),
-                    ..Default::default()
-                }),
-            }
+            let mut c = VirtualMachineCondition::new(t, s, r, m);
+            c.reason = c.reason.filter(|r| !r.is_empty());
+            wire::set_condition(&mut status.conditions, c, now);
         }
-    }
-    if conditions.is_empty() {
-        status.conditions = None;
     }
 }
 
