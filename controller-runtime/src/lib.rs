@@ -29,6 +29,8 @@ pub mod limits;
 pub mod tls;
 
 #[cfg(feature = "kube")]
+pub mod aggregated;
+#[cfg(feature = "kube")]
 pub mod api;
 #[cfg(feature = "kube")]
 pub mod events;

@@ -14,23 +14,23 @@
 //! The signing key lives in Secret `cdi-api-signing-key` (`id_rsa`, `id_rsa.pub`), created on first start;
 //! the proxy reads the public half from the same Secret.
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::authorization::v1::ResourceAttributes;
+use k8s_openapi::api::core::v1::Secret;
 use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::http::{Body, ConnInfo, json as json_response};
 use crate::token;
+
+pub use controller_runtime::aggregated::{Authorizer, Identity, RequestHeaderConfig, SarAuthorizer, identity};
 
 pub use crds::cdi::consts::upload_token::{GROUP, KIND, RESOURCE, VERSION};
 /// Secret holding the signing key.
@@ -41,9 +41,12 @@ const MAX_BODY: usize = 1 << 20;
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The request-header authentication configuration is unusable.
-    #[error("invalid extension-apiserver-authentication configuration: {0}")]
-    AuthConfig(String),
+    /// The signing key Secret is unusable.
+    #[error("invalid signing key Secret: {0}")]
+    KeySecret(String),
+    /// The front proxy's configuration could not be read or used.
+    #[error(transparent)]
+    Auth(#[from] controller_runtime::aggregated::Error),
     /// A Kubernetes API call failed.
     #[error("{what}")]
     Kube {
@@ -72,141 +75,6 @@ pub enum Error {
 
 /// Result alias of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Request-header authentication, as the kube-apiserver publishes it in ConfigMap
-/// `kube-system/extension-apiserver-authentication`.
-#[derive(Debug, Clone)]
-pub struct RequestHeaderConfig {
-    /// CA certificates (PEM) of the front-proxy client.
-    pub client_ca_pem: String,
-    /// Allowed client certificate common names (empty: any name signed by the CA).
-    pub allowed_names: Vec<String>,
-    /// User name headers.
-    pub username_headers: Vec<String>,
-    /// Group headers.
-    pub group_headers: Vec<String>,
-    /// Extra header prefixes.
-    pub extra_prefixes: Vec<String>,
-}
-
-impl RequestHeaderConfig {
-    /// Reads the ConfigMap's data.
-    pub fn from_configmap(data: &BTreeMap<String, String>) -> Result<Self> {
-        let list = |k: &str, default: &[&str]| -> Result<Vec<String>> {
-            match data.get(k) {
-                None => Ok(default.iter().map(|s| s.to_string()).collect()),
-                Some(v) if v.trim().is_empty() => Ok(Vec::new()),
-                Some(v) => serde_json::from_str(v).map_err(|e| Error::AuthConfig(format!("{k}: {e}"))),
-            }
-        };
-        let client_ca_pem = data
-            .get("requestheader-client-ca-file")
-            .cloned()
-            .ok_or_else(|| Error::AuthConfig(String::from("requestheader-client-ca-file is missing")))?;
-        Ok(RequestHeaderConfig {
-            client_ca_pem,
-            allowed_names: list("requestheader-allowed-names", &[])?,
-            username_headers: list("requestheader-username-headers", &["X-Remote-User"])?,
-            group_headers: list("requestheader-group-headers", &["X-Remote-Group"])?,
-            extra_prefixes: list("requestheader-extra-headers-prefix", &["X-Remote-Extra-"])?,
-        })
-    }
-
-    /// Whether a verified client certificate with common name `cn` may assert identities.
-    pub fn allows(&self, cn: Option<&str>) -> bool {
-        match cn {
-            None => false,
-            Some(cn) => self.allowed_names.is_empty() || self.allowed_names.iter().any(|n| n == cn),
-        }
-    }
-}
-
-/// The user a request is made for.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Identity {
-    /// User name.
-    pub user: String,
-    /// Groups.
-    pub groups: Vec<String>,
-    /// Extra attributes (keys lower-cased and unescaped).
-    pub extra: BTreeMap<String, Vec<String>>,
-}
-
-/// Decodes `%XX` escapes of an extra-attribute key (invalid escapes stay; invalid UTF-8 is replaced).
-fn unescape(s: &str) -> String {
-    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
-}
-
-/// The identity asserted by the front proxy's headers (`None` without a user name).
-pub fn identity(headers: &HeaderMap, cfg: &RequestHeaderConfig) -> Option<Identity> {
-    let values = |name: &str| -> Vec<String> {
-        headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect()
-    };
-    let user = cfg.username_headers.iter().find_map(|h| values(h).into_iter().find(|v| !v.is_empty()))?;
-    let groups = cfg.group_headers.iter().flat_map(|h| values(h)).collect();
-    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, value) in headers {
-        for p in &cfg.extra_prefixes {
-            let p = p.to_ascii_lowercase();
-            if let Some(key) = name.as_str().strip_prefix(p.as_str())
-                && let Ok(v) = value.to_str()
-            {
-                extra.entry(unescape(key).to_ascii_lowercase()).or_default().push(v.to_owned());
-            }
-        }
-    }
-    Some(Identity { user, groups, extra })
-}
-
-/// Decides whether an identity may create upload tokens in a namespace.
-pub trait Authorizer: Send + Sync + 'static {
-    /// `Ok(true)` when allowed.
-    fn allowed(&self, who: &Identity, namespace: &str) -> impl Future<Output = Result<bool, String>> + Send;
-}
-
-/// [`Authorizer`] through SubjectAccessReviews.
-#[derive(Clone)]
-pub struct SarAuthorizer {
-    client: kube::Client,
-}
-
-impl SarAuthorizer {
-    /// Uses `client` (needs `create subjectaccessreviews`).
-    pub fn new(client: kube::Client) -> Self {
-        SarAuthorizer { client }
-    }
-}
-
-impl std::fmt::Debug for SarAuthorizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SarAuthorizer").finish_non_exhaustive()
-    }
-}
-
-impl Authorizer for SarAuthorizer {
-    async fn allowed(&self, who: &Identity, namespace: &str) -> Result<bool, String> {
-        let sar = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(who.user.clone()),
-                groups: Some(who.groups.clone()),
-                extra: (!who.extra.is_empty()).then(|| who.extra.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    namespace: Some(namespace.to_owned()),
-                    verb: Some(String::from("create")),
-                    group: Some(GROUP.to_owned()),
-                    version: Some(VERSION.to_owned()),
-                    resource: Some(RESOURCE.to_owned()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
-        let r = api.create(&Default::default(), &sar).await.map_err(|e| format!("SubjectAccessReview: {e}"))?;
-        Ok(r.status.is_some_and(|s| s.allowed))
-    }
-}
 
 /// Where a request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,11 +141,7 @@ fn resources_json() -> serde_json::Value {
 
 /// A `metav1.Status` failure.
 pub fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
-    json_response(
-        code,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": message, "reason": reason, "code": code.as_u16()}),
-    )
+    json_response(code, &controller_runtime::aggregated::status(code.as_u16(), reason, message))
 }
 
 /// Validates an `UploadTokenRequest` body; returns the object and the PVC name.
@@ -331,7 +195,15 @@ async fn create<A: Authorizer>(app: &App<A>, req: Request<Incoming>, ns: &str) -
         Ok(r) => r,
         Err(m) => return status(StatusCode::BAD_REQUEST, "BadRequest", &m),
     };
-    match app.authorizer.allowed(&who, ns).await {
+    let what = ResourceAttributes {
+        namespace: Some(ns.to_owned()),
+        verb: Some(String::from("create")),
+        group: Some(GROUP.to_owned()),
+        version: Some(VERSION.to_owned()),
+        resource: Some(RESOURCE.to_owned()),
+        ..Default::default()
+    };
+    match app.authorizer.allowed(&who, &what).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::info!(user = who.user, ns, "upload token denied");
@@ -388,12 +260,7 @@ async fn handle<A: Authorizer>(app: Arc<App<A>>, req: Request<Incoming>, conn: A
 
 /// Reads the request-header configuration from `kube-system/extension-apiserver-authentication`.
 pub async fn load_request_header_config(client: &kube::Client) -> Result<RequestHeaderConfig> {
-    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "kube-system");
-    let cm = api.get("extension-apiserver-authentication").await.map_err(|source| Error::Kube {
-        what: String::from("reading kube-system/extension-apiserver-authentication"),
-        source,
-    })?;
-    RequestHeaderConfig::from_configmap(&cm.data.unwrap_or_default())
+    Ok(RequestHeaderConfig::load(client).await?)
 }
 
 /// Returns the signing key pair (private PEM, public PEM) from Secret `ns/cdi-api-signing-key`, creating it
@@ -427,7 +294,7 @@ pub async fn ensure_signing_key(client: &kube::Client, ns: &str) -> Result<(Stri
         Ok(None) => {
             // Another replica won the race: use its key.
             let s = api.get(SIGNING_KEY_SECRET).await.map_err(|e| kerr("reading", e))?;
-            read(&s).ok_or_else(|| Error::AuthConfig(format!("Secret {SIGNING_KEY_SECRET} lacks id_rsa/id_rsa.pub")))
+            read(&s).ok_or_else(|| Error::KeySecret(format!("Secret {SIGNING_KEY_SECRET} lacks id_rsa/id_rsa.pub")))
         }
         Err(e) => Err(kerr("creating", e)),
     }
@@ -465,11 +332,7 @@ pub async fn start<A: Authorizer>(
     let key = token::encoding_key(private_key_pem.as_bytes())?;
     let names = ["cdi-api".to_owned(), format!("cdi-api.{namespace}"), format!("cdi-api.{namespace}.svc")];
     let (chain, skey, _) = controller_runtime::tls::self_signed(&names)?;
-    let cas = controller_runtime::tls::roots(&controller_runtime::tls::certs_from_pem(
-        auth.client_ca_pem.as_bytes(),
-        "requestheader-client-ca-file",
-    )?)?;
-    let tls = controller_runtime::tls::server_config(chain, skey, Some(cas))?;
+    let tls = controller_runtime::aggregated::front_proxy_tls(&auth, chain, skey)?;
     let listener = TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: listen, source })?;
     let app = Arc::new(App { auth, authorizer, key });
@@ -502,38 +365,6 @@ mod tests {
             ApiRoute::NotFound
         );
         assert_eq!(api_route(&Method::GET, "/api/v1"), ApiRoute::NotFound);
-    }
-
-    fn cfg() -> RequestHeaderConfig {
-        let data: BTreeMap<String, String> = [
-            ("requestheader-client-ca-file", "PEM"),
-            ("requestheader-allowed-names", r#"["front-proxy-client"]"#),
-            ("requestheader-username-headers", r#"["X-Remote-User"]"#),
-            ("requestheader-group-headers", r#"["X-Remote-Group"]"#),
-            ("requestheader-extra-headers-prefix", r#"["X-Remote-Extra-"]"#),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        RequestHeaderConfig::from_configmap(&data).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn request_header_identity() {
-        let c = cfg();
-        assert!(c.allows(Some("front-proxy-client")));
-        assert!(!c.allows(Some("someone-else")));
-        assert!(!c.allows(None));
-        let mut h = HeaderMap::new();
-        h.append("X-Remote-User", "alice".parse().unwrap_or_else(|_| panic!()));
-        h.append("X-Remote-Group", "dev".parse().unwrap_or_else(|_| panic!()));
-        h.append("X-Remote-Group", "system:authenticated".parse().unwrap_or_else(|_| panic!()));
-        h.append("X-Remote-Extra-Scopes%2fa", "x".parse().unwrap_or_else(|_| panic!()));
-        let id = identity(&h, &c).unwrap_or_else(|| panic!("no identity"));
-        assert_eq!(id.user, "alice");
-        assert_eq!(id.groups, vec!["dev", "system:authenticated"]);
-        assert_eq!(id.extra.get("scopes/a"), Some(&vec!["x".to_owned()]));
-        assert_eq!(identity(&HeaderMap::new(), &c), None);
     }
 
     #[test]

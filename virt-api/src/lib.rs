@@ -7,6 +7,7 @@
 //!   POST /virtualmachineinstances-validate-create  ─► webhook::review ─► validate::validate_create ─► Status
 //!   POST /virtualmachineinstances-validate-update  ─► webhook::review ─► validate::validate_update ─► Status
 //!   GET  /healthz
+//!   /apis/subresources.kubevirt.io/…                ─► subresources (aggregated API: start/stop/restart, discovery)
 //! ```
 //!
 //! * [`defaults`] — the defaulting of §2.6 as one pure function;
@@ -14,6 +15,7 @@
 //!   `Status` as upstream formats it);
 //! * [`webhook`] — AdmissionReview in, AdmissionReview out (no HTTP);
 //! * [`server`] — the HTTPS server (`controller_runtime::tls`);
+//! * [`subresources`] — the aggregated API `virtctl` calls; [`lifecycle`] — start/stop/restart as pure plans;
 //! * [`lookup`] — what the VM validator reads from the API server (the instancetype and preference);
 //! * [`config`] — the cluster settings (upstream's `KubeVirt` configuration) and the requester; [`settings`] — the
 //!   binary's environment;
@@ -28,11 +30,13 @@ pub mod cause;
 pub mod config;
 pub mod defaults;
 pub mod hyperv;
+pub mod lifecycle;
 pub mod lookup;
 pub mod pki;
 pub mod quantity;
 pub mod server;
 pub mod settings;
+pub mod subresources;
 pub mod validate;
 pub mod webhook;
 

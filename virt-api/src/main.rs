@@ -1,11 +1,13 @@
-//! `virt-api`: the VMI admission webhooks over HTTPS. Configuration from the environment (see
+//! `virt-api`: the admission webhooks and the aggregated API `subresources.kubevirt.io` over HTTPS. Configuration from the environment (see
 //! `virt_api::settings` for every variable); logs to stderr, filtered by `VIRT_API_LOG` (default `info`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use controller_runtime::aggregated::RequestHeaderConfig;
 use virt_api::server::{self, Certificate};
 use virt_api::settings::Settings;
+use virt_api::subresources::Subresources;
 
 fn main() -> ExitCode {
     controller_runtime::binary::init_logging("VIRT_API_LOG", "info");
@@ -14,8 +16,8 @@ fn main() -> ExitCode {
         if let Certificate::SelfSigned(names) = &settings.certificate {
             tracing::warn!(?names, "no VIRT_API_TLS_CERT/VIRT_API_TLS_KEY: serving a self-signed certificate");
         }
-        let tls = server::tls_config(&settings.certificate)?;
-        // The VM validator reads instancetypes and preferences; without a cluster (development) it cannot.
+        // The VM validator reads instancetypes and preferences, and the subresource API needs the cluster's front
+        // proxy configuration; without a cluster (development) neither works.
         let client = match kube::Client::try_default().await {
             Ok(c) => Some(c),
             Err(e) => {
@@ -23,11 +25,23 @@ fn main() -> ExitCode {
                 None
             }
         };
+        let subresources = match &client {
+            Some(c) => match RequestHeaderConfig::load(c).await {
+                Ok(auth) => Some(Arc::new(Subresources { auth, client: c.clone() })),
+                Err(e) => {
+                    tracing::error!("the subresource API is off: {e:#}");
+                    None
+                }
+            },
+            None => None,
+        };
+        let tls = server::tls_config(&settings.certificate, subresources.as_ref().map(|s| &s.auth))?;
         let running = server::start(
             settings.listen,
             tls,
             Arc::new(settings.config),
             client,
+            subresources,
             controller_runtime::binary::shutdown_signal(),
         )
         .await?;

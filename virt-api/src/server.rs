@@ -18,7 +18,9 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::defaults::Fresh;
 use crate::lookup::{self, Lookups};
+use crate::subresources::Subresources;
 use crate::webhook::{Webhook, review_with};
+use controller_runtime::aggregated::RequestHeaderConfig;
 
 /// Largest request body accepted (an AdmissionReview carries the object twice at most; objects are ≤ 1.5 MiB).
 pub const MAX_BODY: usize = 8 << 20;
@@ -29,6 +31,9 @@ pub enum Error {
     /// The certificate or key could not be loaded, or the TLS configuration built.
     #[error("TLS setup")]
     Tls(#[from] tls::Error),
+    /// The front proxy's CA could not be used.
+    #[error("front-proxy client CA")]
+    FrontProxy(#[from] controller_runtime::aggregated::Error),
     /// The listen address could not be bound.
     #[error("binding {addr}")]
     Bind {
@@ -55,8 +60,12 @@ pub enum Certificate {
     SelfSigned(Vec<String>),
 }
 
-/// The server's TLS configuration for `certificate`.
-pub fn tls_config(certificate: &Certificate) -> Result<Arc<rustls::ServerConfig>, Error> {
+/// The server's TLS configuration for `certificate`; with `front_proxy`, clients may present the front proxy's
+/// client certificate (the aggregated API's requests).
+pub fn tls_config(
+    certificate: &Certificate,
+    front_proxy: Option<&RequestHeaderConfig>,
+) -> Result<Arc<rustls::ServerConfig>, Error> {
     let (chain, key) = match certificate {
         Certificate::Files { cert, key } => (tls::load_certs(cert)?, tls::load_key(key)?),
         Certificate::SelfSigned(names) => {
@@ -64,7 +73,10 @@ pub fn tls_config(certificate: &Certificate) -> Result<Arc<rustls::ServerConfig>
             (chain, key)
         }
     };
-    Ok(tls::server_config(chain, key, None)?)
+    match front_proxy {
+        Some(auth) => Ok(controller_runtime::aggregated::front_proxy_tls(auth, chain, key)?),
+        None => Ok(tls::server_config(chain, key, None)?),
+    }
 }
 
 /// A running server.
@@ -82,22 +94,40 @@ impl Running {
     }
 }
 
-/// Binds `listen` and serves the webhooks with `config` until `shutdown` resolves.
+/// Binds `listen` and serves the webhooks with `config`, and the aggregated API with `subresources` (`None`: not
+/// configured, its paths answer 503), until `shutdown` resolves.
 pub async fn start(
     listen: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     config: Arc<Config>,
     client: Option<kube::Client>,
+    subresources: Option<Arc<Subresources>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Running, Error> {
     let listener = TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: listen, source })?;
-    let handler = move |req: Request<Incoming>, _peer: Arc<tls::Peer>| handle(req, config.clone(), client.clone());
+    let handler = move |req: Request<Incoming>, peer: Arc<tls::Peer>| {
+        let (config, client, subresources) = (config.clone(), client.clone(), subresources.clone());
+        async move {
+            if req.uri().path().starts_with("/apis/") {
+                return match subresources {
+                    Some(s) => crate::subresources::handle(req, peer.common_name(), s).await,
+                    None => respond(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "text/plain",
+                        "the subresource API is not configured\n",
+                    ),
+                };
+            }
+            handle(req, config, client).await
+        }
+    };
     let task = tokio::spawn(tls::serve_tls(listener, tls, handler, shutdown, Duration::from_secs(5)));
     Ok(Running { addr, task })
 }
 
-fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+/// A response with `status`, `content_type` and `body`.
+pub(crate) fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
     r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));

@@ -19,12 +19,13 @@ async fn serves_the_webhooks_over_tls() {
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     ok(std::fs::write(&cert, &pki.cert_pem));
     ok(std::fs::write(&key, &pki.key_pem));
-    let tls = ok(server::tls_config(&Certificate::Files { cert, key }));
+    let tls = ok(server::tls_config(&Certificate::Files { cert, key }, None));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = ok(server::start(ok("127.0.0.1:0".parse()), tls, Arc::new(Config::default()), None, async move {
-        let _ = stop_rx.await;
-    })
-    .await);
+    let running =
+        ok(server::start(ok("127.0.0.1:0".parse()), tls, Arc::new(Config::default()), None, None, async move {
+            let _ = stop_rx.await;
+        })
+        .await);
     let base = format!("https://localhost:{}", running.addr.port());
     let http = ok(reqwest::Client::builder()
         .add_root_certificate(ok(reqwest::Certificate::from_pem(pki.ca_pem.as_bytes())))

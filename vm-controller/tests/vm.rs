@@ -22,7 +22,7 @@ use crds::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube_test_support::{Error, Result, TestCluster, cluster_dir, poll_object, poll_until};
+use kube_test_support::{Error, Result, cluster_dir, poll_object, poll_until};
 use stack_support::vmi::{MARKER, VmiEnv, stack_ready};
 use stack_support::{local_images, upstream_example};
 use vm_controller::vm::plan::firmware_uuid;
@@ -50,11 +50,7 @@ impl std::ops::Deref for Env {
 
 /// The already running cluster and stack, the guest's containerDisk and a fresh namespace.
 async fn setup(prefix: &str) -> Result<Env> {
-    let kubeconfig =
-        std::env::var_os("KUBECONFIG").map_or_else(|| cluster_dir().join("admin.kubeconfig"), PathBuf::from);
-    let cluster = TestCluster::from_kubeconfig(kubeconfig);
-    stack_ready(&cluster.client().await?).await?;
-    Ok(Env(VmiEnv::new(cluster, prefix).await?))
+    Ok(Env(VmiEnv::on_installed_stack(prefix).await?))
 }
 
 /// One boot of the guest: its VMI (UID) and launcher pod.
@@ -883,5 +879,121 @@ async fn a_vm_deleted_while_its_node_is_lost_does_not_stay_terminating() -> Resu
     })
     .await?;
     stack_ready(&env.client).await?;
+    env.0.ns.delete().await
+}
+
+/// Upstream's own `virtctl` (`tests/cluster/build-upstream-virtctl.sh`, built once into the cache).
+fn upstream_virtctl() -> Result<PathBuf> {
+    let script = kube_test_support::repo_root().join("tests/cluster/build-upstream-virtctl.sh");
+    let out = std::process::Command::new(&script).output().map_err(Error::io("build-upstream-virtctl.sh"))?;
+    if !out.status.success() {
+        return Err(err(format!("build-upstream-virtctl.sh failed:\n{}", String::from_utf8_lossy(&out.stderr))));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// One virtctl run: (exit code, stdout + stderr).
+fn virtctl(env: &Env, bin: &std::path::Path, args: &[&str]) -> Result<(i32, String)> {
+    let out = std::process::Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(["-n", env.ns.name()])
+        .args(args)
+        .output()
+        .map_err(Error::io("virtctl"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), text))
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn upstream_virtctl_starts_stops_and_restarts_vms_through_the_subresource_api() -> Result<()> {
+    let env = setup("vm-virtctl").await?;
+    let bin = tokio::task::spawn_blocking(upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+    env.create_cirros("vm-vctl", "Halted")?;
+    env.wait_printable("vm-vctl", PrintableStatus::Stopped).await?;
+    let strategy = |vm: &VirtualMachine| spec_strategy(vm);
+
+    // start: Halted → Always, the guest boots.
+    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl"])?;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("VM vm-vctl was scheduled to start"), "{out}");
+    let first = env.wait_boot("vm-vctl", None).await?;
+    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Always));
+    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl"])?;
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains(r#"Operation cannot be fulfilled on virtualmachine.kubevirt.io "vm-vctl": VM is already running"#),
+        "{out}"
+    );
+
+    // restart: a new guest, the strategy kept.
+    let (code, out) = virtctl(&env, &bin, &["restart", "vm-vctl"])?;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("VM vm-vctl was scheduled to restart"), "{out}");
+    let second = env.wait_boot("vm-vctl", Some(&first)).await?;
+    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Always));
+
+    // stop: Always → Halted (upstream's matrix), the VMI goes; a second stop is refused.
+    let (code, out) = virtctl(&env, &bin, &["stop", "vm-vctl"])?;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("VM vm-vctl was scheduled to stop"), "{out}");
+    env.wait_no_vmi("vm-vctl").await?;
+    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Halted));
+    let (code, out) = virtctl(&env, &bin, &["stop", "vm-vctl"])?;
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("VM is not running"), "{out}");
+    let _ = second;
+
+    // --dry-run changes nothing; an unknown VM is a 404 with upstream's text.
+    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl", "--dry-run"])?;
+    assert_eq!(code, 0, "{out}");
+    env.holds_no_new_vmi("vm-vctl", None).await?;
+    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Halted));
+    let (code, out) = virtctl(&env, &bin, &["start", "no-such-vm"])?;
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains(r#"virtualmachine.kubevirt.io "no-such-vm" not found"#), "{out}");
+
+    // Manual keeps its strategy across start and stop (§10.1).
+    env.set_strategy("vm-vctl", "Manual").await?;
+    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl"])?;
+    assert_eq!(code, 0, "{out}");
+    let third = env.wait_boot("vm-vctl", None).await?;
+    let (code, out) = virtctl(&env, &bin, &["stop", "vm-vctl"])?;
+    assert_eq!(code, 0, "{out}");
+    env.wait_no_vmi("vm-vctl").await?;
+    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Manual));
+    let _ = third;
+
+    // RBAC through the real API server: a namespace viewer may read VMs but not start them; an editor may.
+    let ns = env.ns.name().to_owned();
+    let rbac = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: viewer}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: editor}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: viewer}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}\nsubjects: [{{kind: ServiceAccount, name: viewer, namespace: {ns}}}]\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: editor}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\nsubjects: [{{kind: ServiceAccount, name: editor, namespace: {ns}}}]\n"
+    );
+    env.kubectl_manifest("apply", &rbac)?;
+    let body = std::env::temp_dir().join(format!("kvrs-start-{ns}.json"));
+    std::fs::write(&body, "{}").map_err(Error::io("writing the start body"))?;
+    let uri = format!("/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/vm-vctl/start");
+    let body_arg = body.to_string_lossy().into_owned();
+    let viewer = format!("--as=system:serviceaccount:{ns}:viewer");
+    let editor = format!("--as=system:serviceaccount:{ns}:editor");
+    // Aggregated roles take a moment to be filled in by the controller manager.
+    poll_until("the viewer to read VMs (aggregated kubevirt.io:view)", Duration::from_secs(60), || async {
+        env.kubectl(&[viewer.as_str(), "get", "vm", "vm-vctl"]).ok()
+    })
+    .await?;
+    let denied = env.cluster.kubectl([viewer.as_str(), "replace", "--raw", &uri, "-f", &body_arg])?;
+    let text = String::from_utf8_lossy(&denied.stderr).into_owned();
+    assert!(!denied.status.success() && text.contains("Forbidden"), "viewer: {text}");
+    poll_until("the editor to start the VM (aggregated kubevirt.io:edit)", Duration::from_secs(60), || async {
+        let out = env.cluster.kubectl([editor.as_str(), "replace", "--raw", &uri, "-f", &body_arg]).ok()?;
+        out.status.success().then_some(())
+    })
+    .await?;
+    let _ = std::fs::remove_file(&body);
+    env.wait_boot("vm-vctl", None).await?;
+    env.delete_vm("vm-vctl").await?;
     env.0.ns.delete().await
 }

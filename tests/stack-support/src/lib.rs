@@ -151,7 +151,7 @@ pub async fn deploy_kubevirt(cluster: &TestCluster, options: &StackOptions) -> R
         "network": {"defaultNetworkInterface": options.default_network_interface},
     }}});
     kv.patch("kubevirt", &PatchParams::default(), &Patch::Merge(&config)).await?;
-    for f in ["vm-controller.yaml", "node-agent.yaml"] {
+    for f in ["kubevirt-rbac.yaml", "vm-controller.yaml", "node-agent.yaml"] {
         apply_yaml(&client, NAMESPACE, &with_images(&read_repo_file(&format!("deploy/{f}"))?, &images)).await?;
     }
     // virt-api's serving certificate: the one kept in its Secret (re-installs keep running replicas valid), else

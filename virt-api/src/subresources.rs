@@ -1,0 +1,293 @@
+//! The aggregated API `subresources.kubevirt.io` (`v1`, `v1alpha3`; APIServices in `deploy/virt-api.yaml`), what
+//! upstream's `virtctl` calls (contract §0.2, §8):
+//!
+//! ```text
+//! kube-apiserver (authenticates and authorizes the user, e.g. `update virtualmachines/start`)
+//!   ──mTLS, front-proxy client certificate (controller_runtime::aggregated)──► server ─► route
+//!   GET  /apis/subresources.kubevirt.io[/{v}]                        discovery
+//!   GET  …/{v}/version | healthz                                     (guestfs: 501, not supported)
+//!   PUT  …/{v}/namespaces/{ns}/virtualmachines/{vm}/start|stop|restart
+//!        ─► read the VM and its VMI ─► lifecycle::plan (pure) ─► JSON patches (VMI, VM, VM status) ─► 202
+//!   other subresources (console, vnc, pause, migrate, …): 501 with the subresource's name
+//! ```
+//!
+//! The kube-apiserver has authorized the user before it proxies; this server only checks that the request comes
+//! through the front proxy (its client certificate) and names a user.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use contracts::kubevirt::consts::{SUBRESOURCES_GROUP, VERSION, VERSIONS};
+use controller_runtime::aggregated::{RequestHeaderConfig, identity};
+use crds::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use kube::api::{Api, Patch as KubePatch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::lifecycle::{self, Lifecycle, Options, Patch, Refusal};
+use crate::server::respond;
+
+/// Largest lifecycle request body accepted (the options are a few fields).
+const MAX_BODY: usize = 64 << 10;
+
+/// What the subresource API needs: the front proxy's configuration and a client for the VMs and VMIs.
+pub struct Subresources {
+    /// Who may assert identities (`kube-system/extension-apiserver-authentication`).
+    pub auth: RequestHeaderConfig,
+    /// Reads and patches VMs and VMIs (virt-api's ServiceAccount).
+    pub client: kube::Client,
+}
+
+impl std::fmt::Debug for Subresources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subresources").finish_non_exhaustive()
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /apis/subresources.kubevirt.io`.
+    Group,
+    /// `GET /apis/subresources.kubevirt.io/{version}`.
+    Resources(String),
+    /// `GET …/{version}/version`.
+    Version,
+    /// `GET …/{version}/healthz`.
+    Healthz,
+    /// A VM lifecycle subresource.
+    Lifecycle {
+        /// Namespace.
+        namespace: String,
+        /// VM name.
+        name: String,
+        /// start, stop or restart.
+        action: Lifecycle,
+    },
+    /// A subresource upstream has and this server does not serve (yet): `resource/sub`.
+    NotImplemented(String),
+    /// A known path with another method.
+    MethodNotAllowed,
+    /// Anything else.
+    NotFound,
+}
+
+/// The route table (paths under `/apis/subresources.kubevirt.io`).
+pub fn route(method: &Method, path: &str) -> Route {
+    let path = path.trim_end_matches('/');
+    let Some(rest) = path.strip_prefix("/apis/").and_then(|p| p.strip_prefix(SUBRESOURCES_GROUP)) else {
+        return Route::NotFound;
+    };
+    let get = method == Method::GET;
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    let known = |v: &str| VERSIONS.contains(&v);
+    match parts.as_slice() {
+        [] if get => Route::Group,
+        [v] if known(v) && get => Route::Resources((*v).to_owned()),
+        [v, "version"] if known(v) && get => Route::Version,
+        [v, "healthz"] if known(v) && get => Route::Healthz,
+        [v, "guestfs"] if known(v) => Route::NotImplemented("guestfs".into()),
+        [v, "namespaces", ns, "virtualmachines", name, sub] if known(v) => match Lifecycle::parse(sub) {
+            Some(action) if method == Method::PUT => {
+                Route::Lifecycle { namespace: (*ns).to_owned(), name: (*name).to_owned(), action }
+            }
+            Some(_) => Route::MethodNotAllowed,
+            None => Route::NotImplemented(format!("virtualmachines/{sub}")),
+        },
+        [v, "namespaces", _, resource @ ("virtualmachines" | "virtualmachineinstances"), _, sub @ ..]
+            if known(v) && !sub.is_empty() =>
+        {
+            Route::NotImplemented(format!("{resource}/{}", sub.join("/")))
+        }
+        _ => Route::NotFound,
+    }
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
+    respond(status, "application/json", v.to_string())
+}
+
+fn failure(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(status, &controller_runtime::aggregated::status(code, reason, message))
+}
+
+fn group_version(v: &str) -> Value {
+    json!({"groupVersion": format!("{SUBRESOURCES_GROUP}/{v}"), "version": v})
+}
+
+/// The `APIGroup` of `subresources.kubevirt.io`.
+pub fn group_json() -> Value {
+    let versions: Vec<Value> = VERSIONS.iter().map(|v| group_version(v)).collect();
+    json!({"kind": "APIGroup", "apiVersion": "v1", "name": SUBRESOURCES_GROUP, "versions": versions,
+           "preferredVersion": group_version(VERSION)})
+}
+
+/// The `APIResourceList` of `version`: what this server serves.
+pub fn resources_json(version: &str) -> Value {
+    let mut resources: Vec<Value> = [Lifecycle::Start, Lifecycle::Stop, Lifecycle::Restart]
+        .iter()
+        .map(|l| {
+            json!({"name": format!("virtualmachines/{}", l.as_str()), "singularName": "", "namespaced": true,
+                   "kind": "", "verbs": ["update"]})
+        })
+        .collect();
+    for name in ["version", "healthz"] {
+        resources.push(json!({"name": name, "singularName": "", "namespaced": false, "kind": "", "verbs": ["get"]}));
+    }
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{SUBRESOURCES_GROUP}/{version}"),
+           "resources": resources})
+}
+
+/// The server's version as upstream's `version.Info`.
+pub fn version_json() -> Value {
+    json!({"gitVersion": format!("v{}", env!("CARGO_PKG_VERSION")), "gitCommit": "", "gitTreeState": "clean",
+           "buildDate": "", "goVersion": "", "compiler": "rustc", "platform": "linux/amd64"})
+}
+
+fn kube_failure(e: &kube::Error) -> Response<Full<Bytes>> {
+    match e {
+        kube::Error::Api(s) => failure(s.code, &s.reason, &s.message),
+        other => failure(500, "InternalError", &other.to_string()),
+    }
+}
+
+/// Serves one request of the aggregated API; `peer_cn` is the verified client certificate's common name.
+pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subresources>) -> Response<Full<Bytes>> {
+    let route = route(req.method(), req.uri().path());
+    if !s.auth.allows(peer_cn.as_deref()) {
+        return failure(401, "Unauthorized", "a front-proxy client certificate is required");
+    }
+    let Some(who) = identity(req.headers(), &s.auth) else {
+        return failure(401, "Unauthorized", "no user in the request headers");
+    };
+    match route {
+        Route::Group => json_response(StatusCode::OK, &group_json()),
+        Route::Resources(v) => json_response(StatusCode::OK, &resources_json(&v)),
+        Route::Version => json_response(StatusCode::OK, &version_json()),
+        Route::Healthz => respond(StatusCode::OK, "text/plain", "ok"),
+        Route::NotImplemented(sub) => {
+            failure(501, "NotImplemented", &format!("the {sub} subresource is not supported by this virt-api"))
+        }
+        Route::MethodNotAllowed => failure(405, "MethodNotAllowed", "the server does not allow this method"),
+        Route::NotFound => failure(404, "NotFound", "the server could not find the requested resource"),
+        Route::Lifecycle { namespace, name, action } => {
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return failure(400, "BadRequest", &format!("reading the body: {e}")),
+            };
+            let options: Options = if body.iter().all(u8::is_ascii_whitespace) {
+                Options::default()
+            } else {
+                match serde_json::from_slice(&body) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        return failure(400, "BadRequest", &format!("Can not unmarshal Request body to struct: {e}"));
+                    }
+                }
+            };
+            match lifecycle_request(&s.client, &namespace, &name, action, &options).await {
+                Ok(()) => {
+                    tracing::info!(user = who.user, vm = %format!("{namespace}/{name}"), action = action.as_str(),
+                        dry_run = !options.dry_run.is_empty(), "lifecycle request");
+                    respond(StatusCode::ACCEPTED, "application/json", "")
+                }
+                Err(Answer::Refused(r)) => failure(r.code, r.reason, &r.message),
+                Err(Answer::Kube(e)) => kube_failure(&e),
+            }
+        }
+    }
+}
+
+enum Answer {
+    Refused(Refusal),
+    Kube(kube::Error),
+}
+
+/// Reads the VM and its VMI, plans, and sends the patches.
+async fn lifecycle_request(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    action: Lifecycle,
+    options: &Options,
+) -> Result<(), Answer> {
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let vm =
+        vms.get_opt(name).await.map_err(Answer::Kube)?.ok_or_else(|| Answer::Refused(Refusal::vm_not_found(name)))?;
+    let vmi = vmis.get_opt(name).await.map_err(Answer::Kube)?;
+    let plan = lifecycle::plan(action, options, &vm, vmi.as_ref()).map_err(Answer::Refused)?;
+    let params = PatchParams { dry_run: plan.dry_run, ..Default::default() };
+    for patch in plan.patches {
+        let (ops, target) = match patch {
+            Patch::Vmi(ops) => (ops, 0),
+            Patch::Vm(ops) => (ops, 1),
+            Patch::Status(ops) => (ops, 2),
+        };
+        let ops: json_patch::Patch = serde_json::from_value(ops)
+            .map_err(|e| Answer::Refused(Refusal { code: 500, reason: "InternalError", message: e.to_string() }))?;
+        let p = KubePatch::<()>::Json(ops);
+        let sent = match target {
+            0 => vmis.patch(name, &params, &p).await.map(drop),
+            1 => vms.patch(name, &params, &p).await.map(drop),
+            _ => vms.patch_status(name, &params, &p).await.map(drop),
+        };
+        sent.map_err(|e| match e {
+            // A failed `test`: the VM changed meanwhile.
+            kube::Error::Api(s) if s.code == 422 || s.code == 409 => {
+                Answer::Refused(Refusal::conflict(name, &s.message))
+            }
+            other => Answer::Kube(other),
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let base = "/apis/subresources.kubevirt.io";
+        assert_eq!(route(&Method::GET, base), Route::Group);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1")), Route::Resources("v1".into()));
+        assert_eq!(route(&Method::GET, &format!("{base}/v1alpha3/")), Route::Resources("v1alpha3".into()));
+        assert_eq!(route(&Method::GET, &format!("{base}/v2")), Route::NotFound);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1/version")), Route::Version);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1/healthz")), Route::Healthz);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1/guestfs")), Route::NotImplemented("guestfs".into()));
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/start")),
+            Route::Lifecycle { namespace: "ns".into(), name: "vm1".into(), action: Lifecycle::Start }
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/stop")),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/migrate")),
+            Route::NotImplemented("virtualmachines/migrate".into())
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/vnc/screenshot")),
+            Route::NotImplemented("virtualmachineinstances/vnc/screenshot".into())
+        );
+        assert_eq!(route(&Method::GET, "/apis/kubevirt.io/v1"), Route::NotFound);
+    }
+
+    #[test]
+    fn discovery_lists_the_served_subresources() {
+        let r = resources_json("v1");
+        let names: Vec<&str> =
+            r["resources"].as_array().into_iter().flatten().filter_map(|x| x["name"].as_str()).collect();
+        assert_eq!(
+            names,
+            ["virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "version", "healthz"]
+        );
+        assert_eq!(group_json()["preferredVersion"]["groupVersion"], "subresources.kubevirt.io/v1");
+    }
+}
