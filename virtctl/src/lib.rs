@@ -11,6 +11,8 @@
 
 #![deny(missing_docs)]
 
+pub mod vm;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -153,12 +155,6 @@ pub struct ImageUploadArgs {
     /// Upload attempts after a failed one.
     #[arg(long, default_value_t = 5)]
     pub retry: u32,
-    /// Namespace (default: the kubeconfig context's).
-    #[arg(short = 'n', long)]
-    pub namespace: Option<String>,
-    /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
-    #[arg(long, global = true)]
-    pub kubeconfig: Option<PathBuf>,
     /// Do not show a progress bar.
     #[arg(long, hide = true)]
     pub no_progress: bool,

@@ -882,6 +882,34 @@ async fn a_vm_deleted_while_its_node_is_lost_does_not_stay_terminating() -> Resu
     env.0.ns.delete().await
 }
 
+/// Whether `user` may `verb` `group`/`resource` (`resource/subresource`) in `ns`, by a SubjectAccessReview.
+async fn allowed(client: &kube::Client, user: &str, verb: &str, group: &str, resource: &str, ns: &str) -> Result<bool> {
+    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_owned()),
+            groups: Some(vec!["system:authenticated".into(), "system:serviceaccounts".into()]),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(ns.to_owned()),
+                verb: Some(verb.to_owned()),
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                subresource,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = api.create(&Default::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
 /// Upstream's own `virtctl` (`tests/cluster/build-upstream-virtctl.sh`, built once into the cache).
 fn upstream_virtctl() -> Result<PathBuf> {
     let script = kube_test_support::repo_root().join("tests/cluster/build-upstream-virtctl.sh");
@@ -905,65 +933,80 @@ fn virtctl(env: &Env, bin: &std::path::Path, args: &[&str]) -> Result<(i32, Stri
     Ok((out.status.code().unwrap_or(-1), text))
 }
 
-#[tokio::test]
-#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
-async fn upstream_virtctl_starts_stops_and_restarts_vms_through_the_subresource_api() -> Result<()> {
-    let env = setup("vm-virtctl").await?;
-    let bin = tokio::task::spawn_blocking(upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
-    env.create_cirros("vm-vctl", "Halted")?;
-    env.wait_printable("vm-vctl", PrintableStatus::Stopped).await?;
-    let strategy = |vm: &VirtualMachine| spec_strategy(vm);
+/// start / restart / stop / dry-run / unknown VM / Manual with `bin` on a fresh Halted VM `vm` (upstream's
+/// matrix, output and texts).
+async fn lifecycle_with(env: &Env, bin: &std::path::Path, vm: &str) -> Result<()> {
+    env.create_cirros(vm, "Halted")?;
+    env.wait_printable(vm, PrintableStatus::Stopped).await?;
+    let strategy = |v: &VirtualMachine| spec_strategy(v);
+    let which = bin.display();
 
-    // start: Halted → Always, the guest boots.
-    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl"])?;
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("VM vm-vctl was scheduled to start"), "{out}");
-    let first = env.wait_boot("vm-vctl", None).await?;
-    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Always));
-    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl"])?;
-    assert_ne!(code, 0, "{out}");
-    assert!(
-        out.contains(r#"Operation cannot be fulfilled on virtualmachine.kubevirt.io "vm-vctl": VM is already running"#),
-        "{out}"
+    // start: Halted → Always, the guest boots; a second start is refused.
+    let (code, out) = virtctl(env, bin, &["start", vm])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    assert!(out.contains(&format!("VM {vm} was scheduled to start")), "{which}: {out}");
+    let first = env.wait_boot(vm, None).await?;
+    assert_eq!(strategy(&env.vms().get(vm).await?), Some(RunStrategy::Always));
+    let (code, out) = virtctl(env, bin, &["start", vm])?;
+    assert_eq!(code, 1, "{which}: {out}");
+    let running = format!(
+        "Error starting VirtualMachine Operation cannot be fulfilled on virtualmachine.kubevirt.io \"{vm}\": VM is already running"
     );
+    assert!(out.contains(&running), "{which}: {out}");
 
     // restart: a new guest, the strategy kept.
-    let (code, out) = virtctl(&env, &bin, &["restart", "vm-vctl"])?;
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("VM vm-vctl was scheduled to restart"), "{out}");
-    let second = env.wait_boot("vm-vctl", Some(&first)).await?;
-    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Always));
+    let (code, out) = virtctl(env, bin, &["restart", vm])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    assert!(out.contains(&format!("VM {vm} was scheduled to restart")), "{which}: {out}");
+    env.wait_boot(vm, Some(&first)).await?;
+    assert_eq!(strategy(&env.vms().get(vm).await?), Some(RunStrategy::Always));
 
     // stop: Always → Halted (upstream's matrix), the VMI goes; a second stop is refused.
-    let (code, out) = virtctl(&env, &bin, &["stop", "vm-vctl"])?;
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("VM vm-vctl was scheduled to stop"), "{out}");
-    env.wait_no_vmi("vm-vctl").await?;
-    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Halted));
-    let (code, out) = virtctl(&env, &bin, &["stop", "vm-vctl"])?;
-    assert_ne!(code, 0, "{out}");
-    assert!(out.contains("VM is not running"), "{out}");
-    let _ = second;
+    let (code, out) = virtctl(env, bin, &["stop", vm])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    assert!(out.contains(&format!("VM {vm} was scheduled to stop")), "{which}: {out}");
+    env.wait_no_vmi(vm).await?;
+    assert_eq!(strategy(&env.vms().get(vm).await?), Some(RunStrategy::Halted));
+    let (code, out) = virtctl(env, bin, &["stop", vm])?;
+    assert_eq!(code, 1, "{which}: {out}");
+    let not_running = "error stopping VirtualMachine Operation cannot be fulfilled";
+    assert!(out.contains(not_running) && out.contains("VM is not running"), "{which}: {out}");
 
     // --dry-run changes nothing; an unknown VM is a 404 with upstream's text.
-    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl", "--dry-run"])?;
-    assert_eq!(code, 0, "{out}");
-    env.holds_no_new_vmi("vm-vctl", None).await?;
-    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Halted));
-    let (code, out) = virtctl(&env, &bin, &["start", "no-such-vm"])?;
-    assert_ne!(code, 0, "{out}");
-    assert!(out.contains(r#"virtualmachine.kubevirt.io "no-such-vm" not found"#), "{out}");
+    let (code, out) = virtctl(env, bin, &["start", vm, "--dry-run"])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    let scheduled = format!("VM {vm} was scheduled to start");
+    assert!(out.contains("Dry Run execution") && out.contains(&scheduled), "{which}: {out}");
+    env.holds_no_new_vmi(vm, None).await?;
+    assert_eq!(strategy(&env.vms().get(vm).await?), Some(RunStrategy::Halted));
+    let (code, out) = virtctl(env, bin, &["start", "no-such-vm"])?;
+    assert_eq!(code, 1, "{which}: {out}");
+    assert!(out.contains(r#"virtualmachine.kubevirt.io "no-such-vm" not found"#), "{which}: {out}");
+    let (code, out) = virtctl(env, bin, &["stop", vm, "--grace-period", "5"])?;
+    assert_ne!(code, 0, "{which}: {out}");
+    assert!(out.contains("Must both use --force=true and set --grace-period."), "{which}: {out}");
 
     // Manual keeps its strategy across start and stop (§10.1).
-    env.set_strategy("vm-vctl", "Manual").await?;
-    let (code, out) = virtctl(&env, &bin, &["start", "vm-vctl"])?;
-    assert_eq!(code, 0, "{out}");
-    let third = env.wait_boot("vm-vctl", None).await?;
-    let (code, out) = virtctl(&env, &bin, &["stop", "vm-vctl"])?;
-    assert_eq!(code, 0, "{out}");
-    env.wait_no_vmi("vm-vctl").await?;
-    assert_eq!(strategy(&env.vms().get("vm-vctl").await?), Some(RunStrategy::Manual));
-    let _ = third;
+    env.set_strategy(vm, "Manual").await?;
+    let (code, out) = virtctl(env, bin, &["start", vm])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    env.wait_boot(vm, None).await?;
+    let (code, out) = virtctl(env, bin, &["stop", vm])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    env.wait_no_vmi(vm).await?;
+    assert_eq!(strategy(&env.vms().get(vm).await?), Some(RunStrategy::Manual));
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn both_virtctls_start_stop_and_restart_vms_through_the_subresource_api() -> Result<()> {
+    let env = setup("vm-virtctl").await?;
+    let upstream = tokio::task::spawn_blocking(upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+    let ours = kube_test_support::workspace_binary("virtctl")?;
+    lifecycle_with(&env, &upstream, "vm-upstream").await?;
+    lifecycle_with(&env, &ours, "vm-ours").await?;
+    env.set_strategy("vm-ours", "Halted").await?;
 
     // RBAC through the real API server: a namespace viewer may read VMs but not start them; an editor may.
     let ns = env.ns.name().to_owned();
@@ -975,13 +1018,13 @@ async fn upstream_virtctl_starts_stops_and_restarts_vms_through_the_subresource_
     env.kubectl_manifest("apply", &rbac)?;
     let body = std::env::temp_dir().join(format!("kvrs-start-{ns}.json"));
     std::fs::write(&body, "{}").map_err(Error::io("writing the start body"))?;
-    let uri = format!("/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/vm-vctl/start");
+    let uri = format!("/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/vm-ours/start");
     let body_arg = body.to_string_lossy().into_owned();
     let viewer = format!("--as=system:serviceaccount:{ns}:viewer");
     let editor = format!("--as=system:serviceaccount:{ns}:editor");
     // Aggregated roles take a moment to be filled in by the controller manager.
     poll_until("the viewer to read VMs (aggregated kubevirt.io:view)", Duration::from_secs(60), || async {
-        env.kubectl(&[viewer.as_str(), "get", "vm", "vm-vctl"]).ok()
+        env.kubectl(&[viewer.as_str(), "get", "vm", "vm-ours"]).ok()
     })
     .await?;
     let denied = env.cluster.kubectl([viewer.as_str(), "replace", "--raw", &uri, "-f", &body_arg])?;
@@ -993,7 +1036,37 @@ async fn upstream_virtctl_starts_stops_and_restarts_vms_through_the_subresource_
     })
     .await?;
     let _ = std::fs::remove_file(&body);
-    env.wait_boot("vm-vctl", None).await?;
-    env.delete_vm("vm-vctl").await?;
+    // What each role may do, as the API server's authorizer answers SubjectAccessReviews (§9.1), and virt-api's
+    // own ServiceAccount's least privilege.
+    env.kubectl_manifest(
+        "apply",
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: admin}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: admin}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}}\nsubjects: [{{kind: ServiceAccount, name: admin, namespace: {ns}}}]\n"
+        ),
+    )?;
+    let sa = |name: &str| format!("system:serviceaccount:{ns}:{name}");
+    let virt_api = "system:serviceaccount:kubevirt:kubevirt-apiserver".to_owned();
+    let (sub, kv) = ("subresources.kubevirt.io", "kubevirt.io");
+    for (who, verb, group, resource, want) in [
+        (sa("viewer"), "get", kv, "virtualmachineinstances", true),
+        (sa("viewer"), "get", sub, "virtualmachineinstances/console", false),
+        (sa("viewer"), "update", sub, "virtualmachines/stop", false),
+        (sa("editor"), "get", sub, "virtualmachineinstances/console", true),
+        (sa("editor"), "get", sub, "virtualmachineinstances/vnc", true),
+        (sa("editor"), "update", sub, "virtualmachines/stop", true),
+        (sa("editor"), "deletecollection", kv, "virtualmachines", false),
+        (sa("admin"), "deletecollection", kv, "virtualmachines", true),
+        (sa("admin"), "update", sub, "virtualmachines/migrate", false),
+        (sa("admin"), "create", kv, "virtualmachineinstancemigrations", false),
+        (virt_api.clone(), "delete", "", "pods", false),
+        (virt_api.clone(), "create", kv, "virtualmachineinstances", false),
+        (virt_api.clone(), "patch", kv, "virtualmachines", true),
+    ] {
+        let got = allowed(&env.client, &who, verb, group, resource, &ns).await?;
+        assert_eq!(got, want, "{who} {verb} {group} {resource}");
+    }
+    env.wait_boot("vm-ours", None).await?;
+    env.delete_vm("vm-ours").await?;
+    env.delete_vm("vm-upstream").await?;
     env.0.ns.delete().await
 }
