@@ -100,22 +100,8 @@ vms_yaml() {
   done
 }
 
-# counters: "controller agent" API request totals of our components (summed over their pods).
-counters() {
-  local json c=0 a=0 ip v
-  json=$(kubectl get pods -n "$KV_NS" -l 'kubevirt.io in (virt-controller,virt-handler)' -o json)
-  for ip in $(jq -r '.items[] | select(.metadata.labels["kubevirt.io"] == "virt-controller") | .status.podIP' <<<"$json"); do
-    v=$(curl -fsS -m 5 "http://$ip:8080/metrics" | awk '$1 == "kubevirt_rs_vm_controller_api_requests_total" { print $2 }')
-    [ -n "$v" ] || die "no kubevirt_rs_vm_controller_api_requests_total at $ip:8080"
-    c=$((c + v))
-  done
-  for ip in $(jq -r '.items[] | select(.metadata.labels["kubevirt.io"] == "virt-handler") | .status.podIP' <<<"$json"); do
-    v=$(curl -fsS -m 5 "http://$ip:8185/metrics" | awk '$1 == "kubevirt_rs_node_agent_api_requests_total" { print $2 }')
-    [ -n "$v" ] || die "no kubevirt_rs_node_agent_api_requests_total at $ip:8185"
-    a=$((a + v))
-  done
-  echo "$c $a"
-}
+# shellcheck source=benches/kubevirt-counters.sh
+. "$ROOT/benches/kubevirt-counters.sh"
 # apiserver FILE: "verb resource count" of apiserver_request_total for the resources of interest.
 apiserver() {
   kubectl get --raw /metrics | awk '/^apiserver_request_total\{/ {
@@ -209,13 +195,13 @@ V_T=0 V_MAX=0 D_T=0 CC=0 GC=0 CD=0 GD=0
 for ((from = 1; from <= N; from += WAVE)); do
   to=$((from + WAVE - 1 > N ? N : from + WAVE - 1))
   vms_yaml "$from" "$to" >"$W/vms.yaml"
-  read -r C0 G0 < <(counters)
+  read -r C0 G0 _ < <(api_requests)
   apiserver "$W/api0"
   t0=$(now)
   kubectl create -n "$NS" -f "$W/vms.yaml" >/dev/null
   settle $((to - from + 1))
   t=$(sub "$(now)" "$t0")
-  read -r C1 G1 < <(counters)
+  read -r C1 G1 _ < <(api_requests)
   apiserver "$W/api1"
   V_T=$(awk -v a="$V_T" -v b="$t" 'BEGIN { printf "%.1f", a + b }')
   V_MAX=$(awk -v a="$V_MAX" -v b="$t" 'BEGIN { printf "%.1f", (b > a ? b : a) }')
@@ -224,7 +210,7 @@ for ((from = 1; from <= N; from += WAVE)); do
   kubectl delete vm -n "$NS" --all --wait=false >/dev/null
   gone
   D_T=$(awk -v a="$D_T" -v b="$(sub "$(now)" "$t1")" 'BEGIN { printf "%.1f", a + b }')
-  read -r C2 G2 < <(counters)
+  read -r C2 G2 _ < <(api_requests)
   apiserver "$W/api2"
   CC=$((CC + C1 - C0)) GC=$((GC + G1 - G0)) CD=$((CD + C2 - C1)) GD=$((GD + G2 - G1))
   accumulate "$W/api0" "$W/api1" "$W/create"

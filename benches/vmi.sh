@@ -278,23 +278,8 @@ phase_time() { awk -v ns="$NS" -v n="$1" -v ph="$2" '$2 == ns && $3 == n && $4 =
 # foreign_events FROM TO: VMI events of other namespaces in [FROM, TO].
 foreign_events() { awk -v ns="$NS" -v a="$1" -v b="$2" '$2 != ns && $1 >= a && $1 <= b' "$W/events" | wc -l; }
 
-# api_requests: "vm-controller node-agent podset" — the counters summed over every pod of each component.
-api_requests() {
-  local json sum_c=0 sum_a=0 ip v set
-  json=$(kubectl get pods -n "$KV_NS" -l 'kubevirt.io in (virt-controller,virt-handler)' -o json)
-  set=$(jq -r '[.items[] | .metadata.uid + ":" + ([.status.containerStatuses[]?.restartCount] | add | tostring)] | sort | join(",")' <<<"$json")
-  for ip in $(jq -r '.items[] | select(.metadata.labels["kubevirt.io"] == "virt-controller") | .status.podIP' <<<"$json"); do
-    v=$(curl -fsS -m 5 "http://$ip:8080/metrics" | awk '$1 == "kubevirt_rs_vm_controller_api_requests_total" { print $2 }')
-    [ -n "$v" ] || die "no kubevirt_rs_vm_controller_api_requests_total at http://$ip:8080/metrics"
-    sum_c=$((sum_c + v))
-  done
-  for ip in $(jq -r '.items[] | select(.metadata.labels["kubevirt.io"] == "virt-handler") | .status.podIP' <<<"$json"); do
-    v=$(curl -fsS -m 5 "http://$ip:8185/metrics" | awk '$1 == "kubevirt_rs_node_agent_api_requests_total" { print $2 }')
-    [ -n "$v" ] || die "no kubevirt_rs_node_agent_api_requests_total at http://$ip:8185/metrics"
-    sum_a=$((sum_a + v))
-  done
-  echo "$sum_c $sum_a $set"
-}
+# shellcheck source=benches/kubevirt-counters.sh
+. "$ROOT/benches/kubevirt-counters.sh"
 
 # component_pids: "label pod pid" of the vm-controller and node-agent processes (their main containers).
 component_pids() {

@@ -258,11 +258,6 @@ async fn handle<A: Authorizer>(app: Arc<App<A>>, req: Request<Incoming>, conn: A
     }
 }
 
-/// Reads the request-header configuration from `kube-system/extension-apiserver-authentication`.
-pub async fn load_request_header_config(client: &kube::Client) -> Result<RequestHeaderConfig> {
-    Ok(RequestHeaderConfig::load(client).await?)
-}
-
 /// Returns the signing key pair (private PEM, public PEM) from Secret `ns/cdi-api-signing-key`, creating it
 /// with a fresh RSA key when it does not exist.
 pub async fn ensure_signing_key(client: &kube::Client, ns: &str) -> Result<(String, String)> {

@@ -80,20 +80,19 @@ where
     S: DeserializeOwned,
 {
     let name = m.name.clone().unwrap_or_default();
+    let reference =
+        InstancetypeStatusRef { name: Some(name.clone()), kind: Some(kind_name.to_owned()), ..Default::default() };
     if let Some(revision) = captured_revision(m, kind_name, recorded) {
         let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns);
         if let Ok(r) = revisions.get(&revision).await
             && let Some(spec) = r.data.and_then(|d| d.0.get("spec").cloned())
             && let Ok(spec) = serde_json::from_value(spec)
         {
-            let reference =
-                InstancetypeStatusRef { name: Some(name), kind: Some(kind_name.to_owned()), ..Default::default() };
             return Ok(Captured { reference, spec });
         }
     }
     let object = api.get(&name).await.map_err(|e| api_message(&e))?;
     let spec = serde_json::to_value(&object).ok().and_then(|v| v.get("spec").cloned()).unwrap_or_default();
     let spec = serde_json::from_value(spec).map_err(|e| format!("{kind_name} {name}: {e}"))?;
-    let reference = InstancetypeStatusRef { name: Some(name), kind: Some(kind_name.to_owned()), ..Default::default() };
     Ok(Captured { reference, spec })
 }

@@ -1,5 +1,6 @@
-//! `virt-api`: the admission webhooks and the aggregated API `subresources.kubevirt.io` over HTTPS. Configuration from the environment (see
-//! `virt_api::settings` for every variable); logs to stderr, filtered by `VIRT_API_LOG` (default `info`).
+//! `virt-api`: the admission webhooks and the aggregated API `subresources.kubevirt.io` over HTTPS. Configuration
+//! from the environment (see `virt_api::settings` for every variable); logs to stderr, filtered by `VIRT_API_LOG`
+//! (default `info`).
 
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -107,20 +107,7 @@ pub async fn start(
     let listener = TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: listen, source })?;
     let handler = move |req: Request<Incoming>, peer: Arc<tls::Peer>| {
-        let (config, client, subresources) = (config.clone(), client.clone(), subresources.clone());
-        async move {
-            if req.uri().path().starts_with("/apis/") {
-                return match subresources {
-                    Some(s) => crate::subresources::handle(req, peer.common_name(), s).await,
-                    None => respond(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "text/plain",
-                        "the subresource API is not configured\n",
-                    ),
-                };
-            }
-            handle(req, config, client).await
-        }
+        handle(req, peer, config.clone(), client.clone(), subresources.clone())
     };
     let task = tokio::spawn(tls::serve_tls(listener, tls, handler, shutdown, Duration::from_secs(5)));
     Ok(Running { addr, task })
@@ -134,8 +121,20 @@ pub(crate) fn respond(status: StatusCode, content_type: &'static str, body: impl
     r
 }
 
-async fn handle(req: Request<Incoming>, config: Arc<Config>, client: Option<kube::Client>) -> Response<Full<Bytes>> {
+async fn handle(
+    req: Request<Incoming>,
+    peer: Arc<tls::Peer>,
+    config: Arc<Config>,
+    client: Option<kube::Client>,
+    subresources: Option<Arc<Subresources>>,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
+    if path.starts_with("/apis/") {
+        return match subresources {
+            Some(s) => crate::subresources::handle(req, peer.common_name(), s).await,
+            None => respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "the subresource API is not configured\n"),
+        };
+    }
     if path == "/healthz" && req.method() == Method::GET {
         return respond(StatusCode::OK, "text/plain", "ok");
     }

@@ -221,19 +221,17 @@ async fn lifecycle_request(
     let vmi = vmis.get_opt(name).await.map_err(Answer::Kube)?;
     let plan = lifecycle::plan(action, options, &vm, vmi.as_ref()).map_err(Answer::Refused)?;
     let params = PatchParams { dry_run: plan.dry_run, ..Default::default() };
+    // The patches are built by `lifecycle` from JSON literals: a conversion failure is a bug of ours.
+    let json = |ops: Value| {
+        serde_json::from_value::<json_patch::Patch>(ops)
+            .map(KubePatch::<()>::Json)
+            .map_err(|e| Answer::Refused(Refusal { code: 500, reason: "InternalError", message: e.to_string() }))
+    };
     for patch in plan.patches {
-        let (ops, target) = match patch {
-            Patch::Vmi(ops) => (ops, 0),
-            Patch::Vm(ops) => (ops, 1),
-            Patch::Status(ops) => (ops, 2),
-        };
-        let ops: json_patch::Patch = serde_json::from_value(ops)
-            .map_err(|e| Answer::Refused(Refusal { code: 500, reason: "InternalError", message: e.to_string() }))?;
-        let p = KubePatch::<()>::Json(ops);
-        let sent = match target {
-            0 => vmis.patch(name, &params, &p).await.map(drop),
-            1 => vms.patch(name, &params, &p).await.map(drop),
-            _ => vms.patch_status(name, &params, &p).await.map(drop),
+        let sent = match patch {
+            Patch::Vmi(ops) => vmis.patch(name, &params, &json(ops)?).await.map(drop),
+            Patch::Vm(ops) => vms.patch(name, &params, &json(ops)?).await.map(drop),
+            Patch::Status(ops) => vms.patch_status(name, &params, &json(ops)?).await.map(drop),
         };
         sent.map_err(|e| match e {
             // A failed `test`: the VM changed meanwhile.

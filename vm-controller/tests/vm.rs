@@ -10,7 +10,6 @@
 //! `#[ignore]`d like every cluster test; `scripts/test.sh` runs them (after the VMI tests installed the stack) with
 //! `cargo test -p vm-controller --test vm -- --ignored --test-threads=1`.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crds::cdi::datavolume::{DataVolume, DataVolumePhase};
@@ -910,16 +909,6 @@ async fn allowed(client: &kube::Client, user: &str, verb: &str, group: &str, res
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
-/// Upstream's own `virtctl` (`tests/cluster/build-upstream-virtctl.sh`, built once into the cache).
-fn upstream_virtctl() -> Result<PathBuf> {
-    let script = kube_test_support::repo_root().join("tests/cluster/build-upstream-virtctl.sh");
-    let out = std::process::Command::new(&script).output().map_err(Error::io("build-upstream-virtctl.sh"))?;
-    if !out.status.success() {
-        return Err(err(format!("build-upstream-virtctl.sh failed:\n{}", String::from_utf8_lossy(&out.stderr))));
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-}
-
 /// One virtctl run: (exit code, stdout + stderr).
 fn virtctl(env: &Env, bin: &std::path::Path, args: &[&str]) -> Result<(i32, String)> {
     let out = std::process::Command::new(bin)
@@ -1002,7 +991,8 @@ async fn lifecycle_with(env: &Env, bin: &std::path::Path, vm: &str) -> Result<()
 #[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
 async fn both_virtctls_start_stop_and_restart_vms_through_the_subresource_api() -> Result<()> {
     let env = setup("vm-virtctl").await?;
-    let upstream = tokio::task::spawn_blocking(upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+    let upstream =
+        tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
     let ours = kube_test_support::workspace_binary("virtctl")?;
     lifecycle_with(&env, &upstream, "vm-upstream").await?;
     lifecycle_with(&env, &ours, "vm-ours").await?;

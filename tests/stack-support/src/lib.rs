@@ -208,6 +208,12 @@ pub fn guest_dir() -> Result<PathBuf> {
     run_script(&repo_root().join("tests/guest/build.sh"), &[], "test guest").map(PathBuf::from)
 }
 
+/// Upstream KubeVirt's own `virtctl`, built from the Go module proxy into the cache when missing
+/// (`tests/cluster/build-upstream-virtctl.sh`).
+pub fn upstream_virtctl() -> Result<PathBuf> {
+    run_script(&repo_root().join("tests/cluster/build-upstream-virtctl.sh"), &[], "upstream virtctl").map(PathBuf::from)
+}
+
 static CONTAINERDISK: OnceLock<Mutex<Option<Result<String, String>>>> = OnceLock::new();
 
 /// The test guest as a containerDisk in the test registry (`tests/guest/push-containerdisk.sh`), once per

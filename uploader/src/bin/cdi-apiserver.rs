@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         let listen = std::env::var("APISERVER_LISTEN").unwrap_or_else(|_| "0.0.0.0:8443".into());
         let listen = listen.parse().map_err(|e| anyhow::anyhow!("invalid APISERVER_LISTEN {listen:?}: {e}"))?;
         let client = kube::Client::try_default().await?;
-        let auth = uploader::apiserver::load_request_header_config(&client).await?;
+        let auth = uploader::apiserver::RequestHeaderConfig::load(&client).await?;
         let (private, _public) = uploader::apiserver::ensure_signing_key(&client, &ns).await?;
         let authz = Arc::new(uploader::apiserver::SarAuthorizer::new(client));
         let running = uploader::apiserver::start(listen, auth, authz, &private, &ns).await?;

@@ -120,19 +120,17 @@ fn claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<String, Volum
         } else if let Some(d) = &volume.data_volume {
             match ctx.stores.data_volumes.get(&ObjectRef::new(&d.name).within(&ns)) {
                 None => VolumeClaim::Missing { kind: "DataVolume", name: d.name.clone() },
-                Some(dv) if dv.status.as_ref().and_then(|s| s.phase) == Some(DataVolumePhase::Failed) => {
-                    VolumeClaim::DataVolumeFailed { name: d.name.clone() }
-                }
-                Some(dv) if dv.status.as_ref().and_then(|s| s.phase) == Some(DataVolumePhase::WaitForFirstConsumer) => {
-                    match pvc(&d.name) {
+                Some(dv) => match dv.status.as_ref().and_then(|s| s.phase) {
+                    Some(DataVolumePhase::Failed) => VolumeClaim::DataVolumeFailed { name: d.name.clone() },
+                    Some(DataVolumePhase::WaitForFirstConsumer) => match pvc(&d.name) {
                         Some(p) => VolumeClaim::FirstConsumer(claim_of(&p, false)),
                         None => VolumeClaim::DataVolumeNotReady { name: d.name.clone(), ready: ConditionStatus::False },
-                    }
-                }
-                Some(dv) => match (data_volume_ready(&dv), pvc(&d.name)) {
-                    (ConditionStatus::True, Some(p)) => VolumeClaim::Bound(claim_of(&p, false)),
-                    (ConditionStatus::True, None) => VolumeClaim::Missing { kind: "PVC", name: d.name.clone() },
-                    (ready, _) => VolumeClaim::DataVolumeNotReady { name: d.name.clone(), ready },
+                    },
+                    _ => match (data_volume_ready(&dv), pvc(&d.name)) {
+                        (ConditionStatus::True, Some(p)) => VolumeClaim::Bound(claim_of(&p, false)),
+                        (ConditionStatus::True, None) => VolumeClaim::Missing { kind: "PVC", name: d.name.clone() },
+                        (ready, _) => VolumeClaim::DataVolumeNotReady { name: d.name.clone(), ready },
+                    },
                 },
             }
         } else {

@@ -331,18 +331,14 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         let mut cleanup = true;
         if !is_final(&phase) {
             let down = matches!(state, None | Some(PodState::Down { .. }));
-            let lost = pod.and_then(lost_node);
-            match phase {
-                Phase::Scheduled | Phase::Running if lost.is_some() => fail(
+            match (&phase, pod.and_then(lost_node)) {
+                (Phase::Scheduled | Phase::Running, Some(node)) => fail(
                     &mut status,
-                    &format!(
-                        "the node {} of the virt-launcher pod is lost while the VMI was being deleted",
-                        lost.unwrap_or_default()
-                    ),
+                    &format!("the node {node} of the virt-launcher pod is lost while the VMI was being deleted"),
                     now,
                     &mut actions,
                 ),
-                Phase::Scheduled | Phase::Running if !down => {
+                (Phase::Scheduled | Phase::Running, None) if !down => {
                     // The node agent shuts the guest down; the controller only steps in once it is overdue.
                     let since = deleting.map(|t| elapsed_since(t, now)).unwrap_or_default();
                     let deadline = node_agent_deadline(vmi);
@@ -351,7 +347,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                         requeue = Some(deadline - since + Duration::from_secs(1));
                     }
                 }
-                Phase::Scheduled | Phase::Running => {
+                (Phase::Scheduled | Phase::Running, None) => {
                     fail(&mut status, "virt-launcher pod is gone while the VMI was being deleted", now, &mut actions)
                 }
                 _ => status.set_phase(Phase::Failed, now),

@@ -365,14 +365,7 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
         }
         if let Some(claim) = claims.get(&volume.name) {
             let pod_name = pod_volume(&volume.name);
-            volumes.push(PodVolume {
-                name: pod_name.clone(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: claim.name.clone(),
-                    read_only: claim.read_only.then_some(true),
-                }),
-                ..Default::default()
-            });
+            volumes.push(claim_volume(&volume.name, claim));
             match claim.mode {
                 ClaimMode::Filesystem => {
                     mounts.push(mount(&pod_name, &paths::pvc_mount(&volume.name), claim.read_only))
@@ -526,6 +519,18 @@ fn shell(vmi: &VirtualMachineInstance, annotations: BTreeMap<String, String>) ->
     }
 }
 
+/// The pod volume of the VMI volume `volume`'s claim (the launcher's and the temporary pod's).
+fn claim_volume(volume: &str, claim: &Claim) -> PodVolume {
+    PodVolume {
+        name: pod_volume(volume),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.name.clone(),
+            read_only: claim.read_only.then_some(true),
+        }),
+        ..Default::default()
+    }
+}
+
 /// Whether `pod` is a temporary first-consumer pod ([`render_first_consumer`]), not a launcher.
 pub fn is_first_consumer(pod: &Pod) -> bool {
     pod.annotations().get(ann::EPHEMERAL_PROVISIONING).is_some_and(|v| v == "true")
@@ -543,17 +548,7 @@ pub fn render_first_consumer(
 ) -> Pod {
     let annotations = BTreeMap::from([(ann::EPHEMERAL_PROVISIONING.to_owned(), "true".to_owned())]);
     let mut pod = shell(vmi, annotations);
-    let volumes = claims
-        .iter()
-        .map(|(volume, claim)| PodVolume {
-            name: pod_volume(volume),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim.name.clone(),
-                read_only: claim.read_only.then_some(true),
-            }),
-            ..Default::default()
-        })
-        .collect();
+    let volumes = claims.iter().map(|(volume, claim)| claim_volume(volume, claim)).collect();
     let spec = pod.spec.get_or_insert_with(Default::default);
     spec.volumes = Some(volumes);
     spec.termination_grace_period_seconds = Some(0);
