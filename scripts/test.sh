@@ -87,4 +87,7 @@ fi
   # RestartRequired, admission; every start proven by a fresh boot marker on the guest's console.
   step "VirtualMachines on the cluster (issue 13)"
   cargo test -p vm-controller --test vm -- --ignored --test-threads=1 || vmi_failed
+  # Console, VNC, pause/unpause (issue 14) with upstream's virtctl and ours, through virt-api and the node API.
+  step "VM console, VNC and pause on the cluster (issue 14)"
+  cargo test -p vm-controller --test attach -- --ignored --test-threads=1 || vmi_failed
 )

@@ -18,7 +18,6 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
@@ -192,7 +191,8 @@ impl Peer {
 /// `drain` for open connections to finish their current response (connections still open then are left to the
 /// runtime). `handler` gets each request and the connection's [`Peer`]. The TLS handshake must finish within
 /// 10 s; a connection the server answers before the client finished sending is closed as Go's `net/http` does
-/// ([`linger_close`]).
+/// ([`linger_close`]). A response `101 Switching Protocols` hands the connection to whoever awaits
+/// `hyper::upgrade::on` of its request (console streams); the drain does not wait for such streams.
 pub async fn serve_tls<H, F, B, S>(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
@@ -208,7 +208,9 @@ pub async fn serve_tls<H, F, B, S>(
     S: Future<Output = ()>,
 {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let graceful = GracefulShutdown::new();
+    // hyper-util's GracefulShutdown cannot watch connections with upgrades: every connection task holds a
+    // receiver; the server's stop is a send, and the drain is over when the last receiver is gone.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (tcp, remote) = tokio::select! {
@@ -224,7 +226,7 @@ pub async fn serve_tls<H, F, B, S>(
         };
         let acceptor = acceptor.clone();
         let handler = handler.clone();
-        let watcher = graceful.watcher();
+        let mut stopped = stop_rx.clone();
         // A second descriptor of the socket, so that dropping the connection does not close it (see
         // [`linger_close`]).
         let linger = tcp.as_fd().try_clone_to_owned().ok();
@@ -239,20 +241,45 @@ pub async fn serve_tls<H, F, B, S>(
             };
             let certificates = stream.get_ref().1.peer_certificates().map(<[CertificateDer<'_>]>::to_vec);
             let info = Arc::new(Peer { addr: remote, certificates: certificates.unwrap_or_default() });
+            // Set when a response switched protocols: the socket then belongs to the upgraded stream, which
+            // outlives this task, and must not be shut down here.
+            let upgraded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let switched = upgraded.clone();
             let svc = hyper::service::service_fn(move |req| {
                 let fut = handler(req, info.clone());
-                async move { Ok::<_, Infallible>(fut.await) }
+                let switched = switched.clone();
+                async move {
+                    let response = fut.await;
+                    if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
+                        switched.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Ok::<_, Infallible>(response)
+                }
             });
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = watcher.watch(conn).await {
+            let conn =
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).with_upgrades();
+            tokio::pin!(conn);
+            let r = tokio::select! {
+                r = conn.as_mut() => r,
+                _ = stopped.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            drop(stopped);
+            if let Err(e) = r {
                 tracing::debug!(%remote, "connection ended: {e}");
             }
-            if let Some(fd) = linger {
+            if let Some(fd) = linger
+                && !upgraded.load(std::sync::atomic::Ordering::SeqCst)
+            {
                 linger_close(fd).await;
             }
         });
     }
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+    drop(stop_rx);
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(drain, stop_tx.closed()).await.is_err() {
         tracing::warn!("connections still open after {drain:?}; closing");
     }
 }

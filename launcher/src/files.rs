@@ -17,6 +17,11 @@ pub fn chown(path: &Path, uid: u32) -> io::Result<()> {
     rustix::fs::chown(path, Some(Uid::from_raw(uid)), Some(Gid::from_raw(uid))).map_err(io::Error::from)
 }
 
+/// Makes `gid` the group of `path` (the owner stays).
+pub fn chgrp(path: &Path, gid: u32) -> io::Result<()> {
+    rustix::fs::chown(path, None, Some(Gid::from_raw(gid))).map_err(io::Error::from)
+}
+
 /// Creates `dir` and its missing parents; those it created are owned by `owner` when given (existing ones are
 /// left alone).
 pub fn create_dirs(dir: &Path, owner: Option<u32>) -> io::Result<()> {

@@ -6,11 +6,11 @@
 //! ```text
 //! main.rs: LauncherEnv::from_env ─► Config ─► run(config, SIGTERM/SIGINT)
 //! run:
-//!  1. SocketDir::in_pod() created (0750), stale ready/failed/terminating/done removed
+//!  1. SocketDir::in_pod() created (0750, group qemu), stale ready/failed/terminating/done removed
 //!  2. disks::plan (pure) ─► disks::prepare     containerDisk overlays, emptyDisks, cloud-init ISOs, PVC images
 //!  3. network::plan (pure) ─► network::apply    masquerade: bridge, tap0, nftables, udhcpd
 //!  4. libvirtd::Libvirtd::start                 copy of libvirtd.conf (unix_sock_dir), socket answers;
-//!     serial log directory (qemu-owned) ─► ready
+//!     serial log directory and QEMU's socket directory (qemu-owned) ─► ready
 //!     any failure in 1–4 ─► failed + termination log, one line; exit 1
 //!  5. libvirtd::supervise
 //!       done                  ─► stop libvirtd, exit 0
@@ -226,6 +226,10 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     files::create_dirs(&socket_dir, None).map_err(io("creating", &socket_dir))?;
     std::fs::set_permissions(&socket_dir, std::fs::Permissions::from_mode(0o750))
         .map_err(io("setting the mode of", &socket_dir))?;
+    // QEMU (the `qemu` group) must reach its own socket directory inside.
+    if rustix::process::geteuid().is_root() {
+        files::chgrp(&socket_dir, files::qemu_owner()).map_err(io("changing the group of", &socket_dir))?;
+    }
     for stale in [sockets.ready(), sockets.failed(), sockets.terminating(), sockets.done()] {
         let path = layout.at(stale);
         match std::fs::remove_file(&path) {
@@ -285,6 +289,13 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         start_timeout: config.libvirtd_start_timeout,
     };
     let libvirtd = libvirtd::Libvirtd::start(&libvirtd_config, &reaper).await.map_err(Error::Libvirtd)?;
+    // QEMU (the `qemu` user) binds the console and VNC sockets in a directory of its own; the node agent (root)
+    // connects to them from the node.
+    let qemu_dir = layout.at(sockets.qemu_dir());
+    files::create_dirs(&qemu_dir, Some(files::qemu_owner())).map_err(io("creating", &qemu_dir))?;
+    files::chown(&qemu_dir, files::qemu_owner()).map_err(io("changing the owner of", &qemu_dir))?;
+    std::fs::set_permissions(&qemu_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(io("setting the mode of", &qemu_dir))?;
     let serial_log = layout.at(launcher::serial_log());
     if let Some(dir) = serial_log.parent() {
         files::create_dirs(dir, Some(files::qemu_owner())).map_err(io("creating", dir))?;

@@ -30,9 +30,9 @@
 //! | `emptyDisk` / `cloudInitNoCloud` / `cloudInitConfigDrive` | qcow2 `launcher::empty_disk` / raw `launcher::cloud_init_disk` / raw `launcher::cloud_init_config_drive_disk` |
 //! | `persistentVolumeClaim` / `dataVolume` | Filesystem ⇒ raw file `launcher::pvc_disk`; Block ⇒ `type='block'` `launcher::pvc_device` (mode from [`ConvertContext::pvc_modes`], else `status.volumeStatus[].persistentVolumeClaimInfo.volumeMode`); `readOnly` ⇒ `<readonly/>` |
 //! | `interfaces[]` masquerade / bridge on the pod network | `<interface type='ethernet'>` on `<target dev='tap0' managed='no'/>` (the launcher's tap), `<model type='virtio-non-transitional'>` (or the named model), `<mac>` (given, else `launcher::derived_mac`), `<mtu>` from [`ConvertContext::pod_interface_mtu`], `state: down` ⇒ `<link state='down'/>` (`absent`: no device), `bootOrder` ⇒ `<boot>` else `<rom enabled='no'/>`, `acpiIndex`, `pciAddress`; alias `ua-<name>` |
-//! | serial console (unless `autoattachSerialConsole: false`) | `<serial type='unix'>` on `launcher::serial_socket` with `<log file>` = `launcher::serial_log` (unless `logSerialConsole: false`), and `<console>` |
+//! | serial console (unless `autoattachSerialConsole: false`) | `<serial type='unix'>` on `SocketDir::serial_console` with `<log file>` = `launcher::serial_log` (unless `logSerialConsole: false`), and `<console>` |
 //! | (always) | guest agent channel `org.qemu.guest_agent.0` on a virtio-serial controller |
-//! | graphics (unless `autoattachGraphicsDevice: false`) | VNC on `launcher::vnc_socket`, `<video>` `vga` (or `video.type`) |
+//! | graphics (unless `autoattachGraphicsDevice: false`) | VNC on `SocketDir::vnc`, `<video>` `vga` (or `video.type`) |
 //! | `autoattachMemBalloon` (default on), `rng: {}`, `inputs[]`, `watchdog.i6300esb` | virtio memballoon with 10 s stats (else `model='none'`), virtio RNG from `/dev/urandom`, `<input>`, `<watchdog>` |
 //! | [`ConvertContext::acceleration`] | `<domain type='kvm'>`, or `type='qemu'` (TCG) under software emulation |
 //!
@@ -52,7 +52,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use contracts::kubevirt::launcher;
+use contracts::kubevirt::launcher::{self, SocketDir};
 use contracts::quantity::parse_bytes;
 use crds::kubevirt::domain::{
     CPU_MODEL_HOST_MODEL, CPU_MODEL_HOST_PASSTHROUGH, Clock, Cpu, CpuFeaturePolicy, Devices, Disk, DiskBus,
@@ -725,7 +725,7 @@ fn devices(vmi: &VirtualMachineInstance, ctx: &ConvertContext, vcpus: u32) -> Re
     el = el.children(interfaces(vmi, ctx, virtio)?);
 
     if d.autoattach_serial_console != Some(false) {
-        let socket = ctx.path(launcher::serial_socket());
+        let socket = ctx.path(SocketDir::in_pod().serial_console());
         let log = (d.log_serial_console != Some(false))
             .then(|| Element::new("log").attr("file", ctx.path(launcher::serial_log())).attr("append", "on"));
         el.push(
@@ -779,9 +779,9 @@ fn devices(vmi: &VirtualMachineInstance, ctx: &ConvertContext, vcpus: u32) -> Re
     }
     if d.autoattach_graphics_device != Some(false) {
         el.push(
-            Element::new("graphics")
-                .attr("type", "vnc")
-                .child(Element::new("listen").attr("type", "socket").attr("socket", ctx.path(launcher::vnc_socket()))),
+            Element::new("graphics").attr("type", "vnc").child(
+                Element::new("listen").attr("type", "socket").attr("socket", ctx.path(SocketDir::in_pod().vnc())),
+            ),
         );
         let video = match d.video.as_ref().and_then(|v| v.type_.as_deref()) {
             None | Some("vga") => Element::new("model").attr("type", "vga").attr("vram", "16384").attr("heads", "1"),

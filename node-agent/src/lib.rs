@@ -12,6 +12,7 @@
 //! * [`domain_xml`] (pure): VMI → libvirt domain XML, what is mapped and what is refused.
 //! * [`libvirt`]: a thin blocking client of one libvirt daemon (no events: state is polled; no `unsafe`).
 //! * [`phase`] (pure): libvirt state and reason → VMI phase.
+//! * [`agent`]: the reconciler of the node's VMIs; [`server`]: the node API virt-api calls (console, VNC, pause).
 //!
 //! The paths the XML points at are the launcher pod contract's (`contracts::kubevirt::launcher`); the launcher
 //! prepares the files there.
@@ -22,4 +23,5 @@ pub mod agent;
 pub mod domain_xml;
 pub mod libvirt;
 pub mod phase;
+pub mod server;
 mod xml;

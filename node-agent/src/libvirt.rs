@@ -58,6 +58,10 @@ pub enum Operation {
     Undefine,
     /// `virDomainGetXMLDesc`.
     XmlDesc,
+    /// `virDomainSuspend`.
+    Suspend,
+    /// `virDomainResume`.
+    Resume,
 }
 
 impl fmt::Display for Operation {
@@ -68,6 +72,8 @@ impl fmt::Display for Operation {
             Operation::Lookup => "looking up a domain on",
             Operation::List => "listing the domains of",
             Operation::Start => "starting",
+            Operation::Suspend => "pausing",
+            Operation::Resume => "resuming",
             Operation::State => "reading the state of",
             Operation::Shutdown => "shutting down (ACPI)",
             Operation::Destroy => "destroying",
@@ -112,6 +118,11 @@ pub struct Error {
 impl Error {
     fn new(operation: Operation, target: &str, source: VirtError) -> Error {
         Error { operation, target: target.to_owned(), source }
+    }
+
+    /// One line with libvirt's own message: "starting ns_vm: <libvirt's text>" (users see it in events).
+    pub fn line(&self) -> String {
+        format!("{self}: {}", self.source)
     }
 
     /// The kind of failure, from libvirt's error code.
@@ -403,6 +414,16 @@ impl Domain {
     /// Stops the domain at once (pulls the plug). [`ErrorKind::InvalidState`] when it is not running.
     pub fn destroy(&self) -> Result<()> {
         self.dom.destroy().map_err(self.err(Operation::Destroy))
+    }
+
+    /// Pauses the guest's vCPUs (libvirt reports it Paused, reason user).
+    pub fn suspend(&self) -> Result<()> {
+        self.dom.suspend().map_err(self.err(Operation::Suspend))
+    }
+
+    /// Resumes a paused guest.
+    pub fn resume(&self) -> Result<()> {
+        self.dom.resume().map_err(self.err(Operation::Resume))
     }
 
     /// Removes the domain's definition (a running domain becomes transient and goes away when it stops).

@@ -1,5 +1,5 @@
 //! `node-agent`: thin binary over the library (upstream's virt-handler role, one per node). Reads its settings
-//! from flags/environment, serves `/metrics`, `/healthz`, `/readyz`, runs the node's VMI reconciler, and shuts
+//! from flags/environment, serves `/metrics`, `/healthz`, `/readyz` and the node API (port 8186), runs the node's VMI reconciler, and shuts
 //! down gracefully on SIGTERM/SIGINT (running guests keep running: they live in their launcher pods).
 
 use std::net::SocketAddr;
@@ -19,6 +19,13 @@ struct Args {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8185")]
     metrics_addr: SocketAddr,
+    /// Address of the node API (console, VNC, pause; mutual TLS with virt-api).
+    #[arg(long, env = "NODE_API_ADDR", default_value = "0.0.0.0:8186")]
+    node_api_addr: SocketAddr,
+    /// Directory of the node API's certificate (`tls.crt`, `tls.key`, `ca.crt`: the mounted Secret
+    /// `kubevirt-virt-handler-server-certs`). Unreadable: the agent does not start.
+    #[arg(long, env = "NODE_API_TLS_DIR", default_value = contracts::kubevirt::node_api::SERVER_CERT_DIR)]
+    node_api_tls_dir: std::path::PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -28,8 +35,17 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let tls = node_agent::server::tls_config(&args.node_api_tls_dir)?;
     let health::Process { client, metrics, ready } = health::start("kubevirt_rs_node_agent", args.metrics_addr).await?;
     ready.store(true, Ordering::SeqCst);
     let instance = std::env::var("POD_NAME").ok();
-    node_agent::agent::run(client, args.node_name, metrics, instance, binary::shutdown_signal()).await
+    node_agent::agent::run(
+        client,
+        args.node_name,
+        metrics,
+        instance,
+        Some((args.node_api_addr, tls)),
+        binary::shutdown_signal(),
+    )
+    .await
 }

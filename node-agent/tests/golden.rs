@@ -118,8 +118,8 @@ fn reference_paths() -> Vec<(String, String)> {
         ),
         // The log first: the socket's path is a prefix of it.
         (format!("{uid_dir}/virt-serial0-log"), launcher::serial_log()),
-        (format!("{uid_dir}/virt-serial0"), launcher::serial_socket()),
-        (format!("{uid_dir}/virt-vnc"), launcher::vnc_socket()),
+        (format!("{uid_dir}/virt-serial0"), launcher::SocketDir::in_pod().serial_console()),
+        (format!("{uid_dir}/virt-vnc"), launcher::SocketDir::in_pod().vnc()),
     ]
 }
 

@@ -32,12 +32,14 @@ pub mod defaults;
 pub mod hyperv;
 pub mod lifecycle;
 pub mod lookup;
+pub mod node;
 pub mod pki;
 pub mod quantity;
 pub mod server;
 pub mod settings;
 pub mod subresources;
 pub mod validate;
+pub mod vmi_ops;
 pub mod webhook;
 
 pub use config::{Config, User};

@@ -70,7 +70,7 @@ pub struct Options {
 pub struct Refusal {
     /// HTTP status code.
     pub code: u16,
-    /// `Conflict`, `BadRequest`, `NotFound`.
+    /// `Conflict`, `BadRequest`, `NotFound`, `Forbidden`, `ServiceUnavailable`, `InternalError`.
     pub reason: &'static str,
     /// The text users see.
     pub message: String,
@@ -84,16 +84,35 @@ impl Refusal {
 
     /// 409 as `errors.NewConflict(virtualmachine.kubevirt.io, name, err)` prints it.
     pub fn conflict(vm: &str, why: &str) -> Refusal {
+        Refusal::conflict_on("virtualmachine", vm, why)
+    }
+
+    /// 409 as `errors.NewConflict(<resource>.kubevirt.io, name, err)` prints it.
+    pub fn conflict_on(resource: &str, name: &str, why: &str) -> Refusal {
         Refusal {
             code: 409,
             reason: "Conflict",
-            message: format!("Operation cannot be fulfilled on virtualmachine.kubevirt.io \"{vm}\": {why}"),
+            message: format!("Operation cannot be fulfilled on {resource}.kubevirt.io \"{name}\": {why}"),
+        }
+    }
+
+    /// 403 as `errors.NewForbidden(<resource>.kubevirt.io, name, err)` prints it.
+    pub fn forbidden_on(resource: &str, name: &str, why: &str) -> Refusal {
+        Refusal {
+            code: 403,
+            reason: "Forbidden",
+            message: format!("{resource}.kubevirt.io \"{name}\" is forbidden: {why}"),
         }
     }
 
     /// 404 for the VM `name`, as `errors.NewNotFound(virtualmachine.kubevirt.io, name)` prints it.
     pub fn vm_not_found(name: &str) -> Refusal {
-        Refusal { code: 404, reason: "NotFound", message: format!("virtualmachine.kubevirt.io \"{name}\" not found") }
+        Refusal::not_found_on("virtualmachine", name)
+    }
+
+    /// 404 as `errors.NewNotFound(<resource>.kubevirt.io, name)` prints it.
+    pub fn not_found_on(resource: &str, name: &str) -> Refusal {
+        Refusal { code: 404, reason: "NotFound", message: format!("{resource}.kubevirt.io \"{name}\" not found") }
     }
 }
 

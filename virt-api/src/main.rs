@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use controller_runtime::aggregated::RequestHeaderConfig;
+use virt_api::node::NodeClient;
 use virt_api::server::{self, Certificate};
 use virt_api::settings::Settings;
 use virt_api::subresources::Subresources;
@@ -28,7 +29,18 @@ fn main() -> ExitCode {
         };
         let subresources = match &client {
             Some(c) => match RequestHeaderConfig::load(c).await {
-                Ok(auth) => Some(Arc::new(Subresources { auth, client: c.clone() })),
+                Ok(auth) => {
+                    let nodes = NodeClient::load(c.clone(), settings.namespace.clone(), &settings.node_client_dir);
+                    let nodes = nodes
+                        .inspect_err(|e| {
+                            let dir = settings.node_client_dir.display();
+                            tracing::error!(
+                                "console, VNC and pause are off: no node agent client certificate in {dir}: {e}"
+                            );
+                        })
+                        .ok();
+                    Some(Arc::new(Subresources { auth, client: c.clone(), nodes }))
+                }
                 Err(e) => {
                     tracing::error!("the subresource API is off: {e:#}");
                     None

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use contracts::kubevirt::consts::webhook;
+use contracts::kubevirt::node_api;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -48,26 +49,60 @@ pub fn service_names(namespace: &str) -> Vec<String> {
     vec![s.to_owned(), format!("{s}.{namespace}"), format!("{s}.{namespace}.svc")]
 }
 
-impl Pki {
-    /// A fresh CA and a serving certificate for `names` (DNS names or IP addresses).
-    pub fn generate(names: &[String]) -> Result<Pki, Error> {
+/// A CA that signs leaf certificates.
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn generate(common_name: &str) -> Result<Ca, Error> {
         let ca_err = |source| Error { what: "CA", source };
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(ca_err)?;
-        ca.distinguished_name.push(DnType::CommonName, "virt-api-ca");
+        ca.distinguished_name.push(DnType::CommonName, common_name);
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         let ca_key = KeyPair::generate().map_err(ca_err)?;
         let ca_cert = ca.self_signed(&ca_key).map_err(ca_err)?;
-        let ca_pem = ca_cert.pem();
-        let issuer = Issuer::new(ca, ca_key);
-        let leaf_err = |source| Error { what: "serving", source };
+        Ok(Ca { pem: ca_cert.pem(), issuer: Issuer::new(ca, ca_key) })
+    }
+
+    /// A leaf for `names` (DNS names or IP addresses) named `common_name`, for `usage` (server or client auth).
+    fn issue(
+        &self,
+        what: &'static str,
+        common_name: &str,
+        names: &[String],
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Result<Pki, Error> {
+        let leaf_err = |source| Error { what, source };
         let mut leaf = CertificateParams::new(names.to_vec()).map_err(leaf_err)?;
-        leaf.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("virt-api"));
-        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        leaf.distinguished_name.push(DnType::CommonName, common_name);
+        leaf.extended_key_usages = vec![usage];
         leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         let key = KeyPair::generate().map_err(leaf_err)?;
-        let cert = leaf.signed_by(&key, &issuer).map_err(leaf_err)?;
-        Ok(Pki { ca_pem, cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+        let cert = leaf.signed_by(&key, &self.issuer).map_err(leaf_err)?;
+        Ok(Pki { ca_pem: self.pem.clone(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    }
+}
+
+impl Pki {
+    /// A fresh CA and a serving certificate for `names` (DNS names or IP addresses).
+    pub fn generate(names: &[String]) -> Result<Pki, Error> {
+        let cn = names.first().map(String::as_str).unwrap_or("virt-api");
+        Ca::generate("virt-api-ca")?.issue("serving", cn, names, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    /// The node agent's stream API ([`node_api`]): a fresh CA, the node agent's serving certificate (for
+    /// [`node_api::SERVER_NAME`]) and virt-api's client certificate ([`node_api::CLIENT_COMMON_NAME`]), both
+    /// signed by it.
+    pub fn generate_node_api() -> Result<(Pki, Pki), Error> {
+        let ca = Ca::generate("kubevirt-handler-ca")?;
+        let name = node_api::SERVER_NAME;
+        let server = ca.issue("node agent serving", name, &[name.to_owned()], ExtendedKeyUsagePurpose::ServerAuth)?;
+        let cn = node_api::CLIENT_COMMON_NAME;
+        let client = ca.issue("virt-api client", cn, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
+        Ok((server, client))
     }
 
     /// The PKI kept in a Secret made by [`Pki::secret`] (`ca.crt`, `tls.crt`, `tls.key`), if complete: an installer
@@ -86,13 +121,18 @@ impl Pki {
 
     /// The Secret [`TLS_SECRET`] in `namespace`.
     pub fn secret(&self, namespace: &str) -> Secret {
+        self.secret_named(TLS_SECRET, namespace)
+    }
+
+    /// The Secret `name` (`kubernetes.io/tls`: `tls.crt`, `tls.key`, `ca.crt`) in `namespace`.
+    pub fn secret_named(&self, name: &str, namespace: &str) -> Secret {
         let data = [("tls.crt", &self.cert_pem), ("tls.key", &self.key_pem), ("ca.crt", &self.ca_pem)]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
             .collect::<BTreeMap<_, _>>();
         Secret {
             metadata: ObjectMeta {
-                name: Some(TLS_SECRET.into()),
+                name: Some(name.into()),
                 namespace: Some(namespace.into()),
                 labels: Some([("kubevirt.io".to_owned(), "virt-api".to_owned())].into()),
                 ..Default::default()
@@ -130,5 +170,21 @@ mod tests {
         let s = pki.secret("kubevirt");
         assert_eq!(s.data.as_ref().map(|d| d.len()), Some(3));
         assert_eq!(Pki::from_secret(&s).map(|p| p.ca_bundle()), Some(pki.ca_bundle()));
+    }
+
+    #[test]
+    fn the_node_api_pair_shares_its_ca_and_names_both_ends() {
+        let (server, client) = Pki::generate_node_api().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(server.ca_pem, client.ca_pem);
+        let cn = |p: &Pki| {
+            let certs = controller_runtime::tls::certs_from_pem(p.cert_pem.as_bytes(), "cert").unwrap_or_default();
+            certs.first().and_then(|c| controller_runtime::tls::common_name(c.as_ref()))
+        };
+        assert_eq!(cn(&server).as_deref(), Some(node_api::SERVER_NAME));
+        assert_eq!(cn(&client).as_deref(), Some(node_api::CLIENT_COMMON_NAME));
+        assert_eq!(
+            client.secret_named(node_api::CLIENT_SECRET, "kubevirt").metadata.name.as_deref(),
+            Some(node_api::CLIENT_SECRET)
+        );
     }
 }

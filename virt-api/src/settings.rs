@@ -5,7 +5,8 @@
 //! |---|---|---|
 //! | `VIRT_API_LISTEN` | `0.0.0.0:8443` | HTTPS listen address |
 //! | `VIRT_API_TLS_CERT`, `VIRT_API_TLS_KEY` | — | PEM files (the Secret's `tls.crt`/`tls.key`); without them a self-signed certificate for `virt-api.<ns>.svc` (development only) |
-//! | `VIRT_API_NAMESPACE` | `kubevirt` | namespace of the Service (names of the self-signed certificate) |
+//! | `VIRT_API_NAMESPACE` | `kubevirt` | namespace of the Service (names of the self-signed certificate) and of the node agents' pods |
+//! | `VIRT_API_NODE_CLIENT_CERT_DIR` | `/etc/virt-handler/clientcertificates` | client certificate for the node agents (`tls.crt`, `tls.key`, `ca.crt`); unreadable: console, VNC, pause answer 503 |
 //! | `VIRT_API_DEFAULT_NETWORK_INTERFACE` | `bridge` | binding of the default interface: `bridge` or `masquerade` |
 //! | `VIRT_API_PERMIT_BRIDGE_ON_POD_NETWORK` | `true` | `network.permitBridgeInterfaceOnPodNetwork` |
 //! | `VIRT_API_KUBEVIRT_USERS` | — | comma-separated user names treated as KubeVirt components (may change VMI spec/status) |
@@ -19,6 +20,8 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+use contracts::kubevirt::node_api;
 
 use crate::config::{Architecture, Config, DefaultBinding, RolloutStrategy};
 use crate::server::Certificate;
@@ -44,6 +47,10 @@ pub struct Settings {
     pub certificate: Certificate,
     /// The cluster settings of admission.
     pub config: Config,
+    /// virt-api's namespace (where the node agents' pods are).
+    pub namespace: String,
+    /// Directory of the client certificate for the node agents (`tls.crt`, `tls.key`, `ca.crt`).
+    pub node_client_dir: PathBuf,
 }
 
 fn list(v: Option<String>) -> BTreeSet<String> {
@@ -98,7 +105,9 @@ impl Settings {
         config.kubevirt_groups = list(get("VIRT_API_KUBEVIRT_GROUPS"));
         config.feature_gates = list(get("VIRT_API_FEATURE_GATES"));
         config.disabled_feature_gates = list(get("VIRT_API_DISABLED_FEATURE_GATES"));
-        Ok(Settings { listen, certificate, config })
+        let node_client_dir =
+            PathBuf::from(get("VIRT_API_NODE_CLIENT_CERT_DIR").unwrap_or_else(|| node_api::CLIENT_CERT_DIR.into()));
+        Ok(Settings { listen, certificate, config, namespace, node_client_dir })
     }
 }
 

@@ -8,7 +8,10 @@
 //!   GET  …/{v}/version | healthz                                     (guestfs: 501, not supported)
 //!   PUT  …/{v}/namespaces/{ns}/virtualmachines/{vm}/start|stop|restart
 //!        ─► read the VM and its VMI ─► lifecycle::plan (pure) ─► JSON patches (VMI, VM, VM status) ─► 202
-//!   other subresources (console, vnc, pause, migrate, …): 501 with the subresource's name
+//!   GET  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/console|vnc   websocket ─► vmi_ops ─► node agent
+//!   PUT  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/pause|unpause ─► vmi_ops ─► node agent ─► 200
+//!   GET guestosinfo|userlist|filesystemlist, PUT freeze|unfreeze: upstream's 409 without a guest agent
+//!   other subresources (migrate, addvolume, …): 501 with the subresource's name
 //! ```
 //!
 //! The kube-apiserver has authorized the user before it proxies; this server only checks that the request comes
@@ -17,7 +20,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use contracts::kubevirt::consts::{SUBRESOURCES_GROUP, VERSION, VERSIONS};
+use contracts::kubevirt::consts::{PLAIN_STREAM_PROTOCOL, SUBRESOURCES_GROUP, VERSION, VERSIONS};
+use contracts::kubevirt::node_api::Command;
 use controller_runtime::aggregated::{RequestHeaderConfig, identity};
 use crds::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use http_body_util::{BodyExt, Full, Limited};
@@ -27,17 +31,23 @@ use kube::api::{Api, Patch as KubePatch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::lifecycle::{self, Lifecycle, Options, Patch, Refusal};
+use crate::node::NodeClient;
 use crate::server::respond;
+use crate::vmi_ops;
 
 /// Largest lifecycle request body accepted (the options are a few fields).
 const MAX_BODY: usize = 64 << 10;
 
-/// What the subresource API needs: the front proxy's configuration and a client for the VMs and VMIs.
+/// What the subresource API needs: the front proxy's configuration, a client for the VMs and VMIs, and the
+/// node agents' client.
 pub struct Subresources {
     /// Who may assert identities (`kube-system/extension-apiserver-authentication`).
     pub auth: RequestHeaderConfig,
     /// Reads and patches VMs and VMIs (virt-api's ServiceAccount).
     pub client: kube::Client,
+    /// Console, VNC, pause and unpause go through the VMI's node agent (`None`: no client certificate; they
+    /// answer 503).
+    pub nodes: Option<NodeClient>,
 }
 
 impl std::fmt::Debug for Subresources {
@@ -66,6 +76,24 @@ pub enum Route {
         /// start, stop or restart.
         action: Lifecycle,
     },
+    /// A VMI subresource the node agent carries out (console, vnc, pause, unpause).
+    Vmi {
+        /// Namespace.
+        namespace: String,
+        /// VMI name.
+        name: String,
+        /// What to do.
+        command: Command,
+    },
+    /// A guest agent subresource (`vmi_ops::GUEST_AGENT_SUBRESOURCES`): refused with upstream's texts.
+    GuestAgent {
+        /// Namespace.
+        namespace: String,
+        /// VMI name.
+        name: String,
+        /// Which one.
+        sub: String,
+    },
     /// A subresource upstream has and this server does not serve (yet): `resource/sub`.
     NotImplemented(String),
     /// A known path with another method.
@@ -74,8 +102,8 @@ pub enum Route {
     NotFound,
 }
 
-/// The route table (paths under `/apis/subresources.kubevirt.io`).
-pub fn route(method: &Method, path: &str) -> Route {
+/// The route table (paths under `/apis/subresources.kubevirt.io`; `query` for VNC's `preserveSession`).
+pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
     let path = path.trim_end_matches('/');
     let Some(rest) = path.strip_prefix("/apis/").and_then(|p| p.strip_prefix(SUBRESOURCES_GROUP)) else {
         return Route::NotFound;
@@ -96,6 +124,29 @@ pub fn route(method: &Method, path: &str) -> Route {
             Some(_) => Route::MethodNotAllowed,
             None => Route::NotImplemented(format!("virtualmachines/{sub}")),
         },
+        [v, "namespaces", ns, "virtualmachineinstances", name, sub @ ("console" | "vnc" | "pause" | "unpause")]
+            if known(v) =>
+        {
+            let node_path = format!("/v1/namespaces/{ns}/virtualmachineinstances/{name}/{sub}");
+            match Command::parse(&node_path, query) {
+                Some((command, ..))
+                    if (command.is_stream() && get) || (!command.is_stream() && method == Method::PUT) =>
+                {
+                    Route::Vmi { namespace: (*ns).to_owned(), name: (*name).to_owned(), command }
+                }
+                _ => Route::MethodNotAllowed,
+            }
+        }
+        [v, "namespaces", ns, "virtualmachineinstances", name, sub]
+            if known(v) && vmi_ops::GUEST_AGENT_SUBRESOURCES.contains(sub) =>
+        {
+            let put = matches!(*sub, "freeze" | "unfreeze");
+            if (put && method == Method::PUT) || (!put && get) {
+                Route::GuestAgent { namespace: (*ns).to_owned(), name: (*name).to_owned(), sub: (*sub).to_owned() }
+            } else {
+                Route::MethodNotAllowed
+            }
+        }
         [v, "namespaces", _, resource @ ("virtualmachines" | "virtualmachineinstances"), _, sub @ ..]
             if known(v) && !sub.is_empty() =>
         {
@@ -134,6 +185,16 @@ pub fn resources_json(version: &str) -> Value {
                    "kind": "", "verbs": ["update"]})
         })
         .collect();
+    for (name, verbs) in [
+        ("console", json!(["get"])),
+        ("vnc", json!(["get"])),
+        ("pause", json!(["update"])),
+        ("unpause", json!(["update"])),
+    ] {
+        resources
+            .push(json!({"name": format!("virtualmachineinstances/{name}"), "singularName": "", "namespaced": true,
+                              "kind": "", "verbs": verbs}));
+    }
     for name in ["version", "healthz"] {
         resources.push(json!({"name": name, "singularName": "", "namespaced": false, "kind": "", "verbs": ["get"]}));
     }
@@ -156,7 +217,7 @@ fn kube_failure(e: &kube::Error) -> Response<Full<Bytes>> {
 
 /// Serves one request of the aggregated API; `peer_cn` is the verified client certificate's common name.
 pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subresources>) -> Response<Full<Bytes>> {
-    let route = route(req.method(), req.uri().path());
+    let route = route(req.method(), req.uri().path(), req.uri().query());
     if !s.auth.allows(peer_cn.as_deref()) {
         return failure(401, "Unauthorized", "a front-proxy client certificate is required");
     }
@@ -173,20 +234,32 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
         }
         Route::MethodNotAllowed => failure(405, "MethodNotAllowed", "the server does not allow this method"),
         Route::NotFound => failure(404, "NotFound", "the server could not find the requested resource"),
-        Route::Lifecycle { namespace, name, action } => {
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(e) => return failure(400, "BadRequest", &format!("reading the body: {e}")),
+        Route::Vmi { namespace, name, command } => {
+            let Some(nodes) = s.nodes.clone() else {
+                return failure(503, "ServiceUnavailable", "virt-api has no client certificate for the node agents");
             };
-            let options: Options = if body.iter().all(u8::is_ascii_whitespace) {
-                Options::default()
-            } else {
-                match serde_json::from_slice(&body) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        return failure(400, "BadRequest", &format!("Can not unmarshal Request body to struct: {e}"));
-                    }
+            match vmi_request(req, &s.client, &nodes, &namespace, &name, command).await {
+                Ok(response) => {
+                    tracing::info!(user = who.user, vmi = %format!("{namespace}/{name}"), command = command.name(),
+                        "VMI subresource");
+                    response
                 }
+                Err(r) => failure(r.code, r.reason, &r.message),
+            }
+        }
+        Route::GuestAgent { namespace, name, sub } => {
+            let vmis: Api<VirtualMachineInstance> = Api::namespaced(s.client.clone(), &namespace);
+            let r = match vmis.get_opt(&name).await {
+                Ok(Some(vmi)) => vmi_ops::guest_agent(&sub, &vmi),
+                Ok(None) => vmi_ops::vmi_not_found(&name),
+                Err(e) => return kube_failure(&e),
+            };
+            failure(r.code, r.reason, &r.message)
+        }
+        Route::Lifecycle { namespace, name, action } => {
+            let options = match options(req).await {
+                Ok(o) => o,
+                Err(r) => return failure(r.code, r.reason, &r.message),
             };
             match lifecycle_request(&s.client, &namespace, &name, action, &options).await {
                 Ok(()) => {
@@ -199,6 +272,71 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
             }
         }
     }
+}
+
+/// The request body's options (`{}` or empty: the defaults).
+async fn options(req: Request<Incoming>) -> Result<Options, Refusal> {
+    let body = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| Refusal::bad_request(format!("reading the body: {e}")))?
+        .to_bytes();
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Options::default());
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| Refusal::bad_request(format!("Can not unmarshal Request body to struct: {e}")))
+}
+
+/// A VMI subresource: read and check the VMI, then the node agent of its node does it (a stream: the client's
+/// websocket is bridged to it once the node agent accepted).
+async fn vmi_request(
+    req: Request<Incoming>,
+    client: &kube::Client,
+    nodes: &NodeClient,
+    ns: &str,
+    name: &str,
+    command: Command,
+) -> Result<Response<Full<Bytes>>, Refusal> {
+    let handshake = if command.is_stream() { Some(vmi_ops::handshake(req.headers())?) } else { None };
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let kube_refusal = |e: kube::Error| match e {
+        kube::Error::Api(s) => Refusal { code: s.code, reason: "InternalError", message: s.message },
+        other => Refusal { code: 500, reason: "InternalError", message: other.to_string() },
+    };
+    let vmi = vmis.get_opt(name).await.map_err(kube_refusal)?.ok_or_else(|| vmi_ops::vmi_not_found(name))?;
+    vmi_ops::check(command, &vmi)?;
+    let node = vmi.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let Some(handshake) = handshake else {
+        if !options(req).await?.dry_run.is_empty() {
+            return Ok(respond(StatusCode::OK, "application/json", ""));
+        }
+        nodes.command(&node, command, ns, name).await?;
+        return Ok(respond(StatusCode::OK, "application/json", ""));
+    };
+    let stream = nodes.stream(&node, command, ns, name).await?;
+    let on_upgrade = hyper::upgrade::on(req);
+    let what = format!("{ns}/{name} {}", command.name());
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                vmi_ops::bridge(hyper_util::rt::TokioIo::new(upgraded), stream).await;
+                tracing::info!(stream = what, "stream closed");
+            }
+            Err(e) => tracing::warn!(stream = what, "the client's upgrade failed: {e}"),
+        }
+    });
+    let mut r = respond(StatusCode::SWITCHING_PROTOCOLS, "application/octet-stream", "");
+    let h = r.headers_mut();
+    h.remove(hyper::header::CONTENT_TYPE);
+    let value = |v: &str| hyper::header::HeaderValue::from_str(v).map_err(|e| Refusal::bad_request(e.to_string()));
+    h.insert(hyper::header::CONNECTION, value("Upgrade")?);
+    h.insert(hyper::header::UPGRADE, value("websocket")?);
+    h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, value(&handshake.accept)?);
+    if handshake.plain {
+        h.insert(hyper::header::SEC_WEBSOCKET_PROTOCOL, value(PLAIN_STREAM_PROTOCOL)?);
+    }
+    Ok(r)
 }
 
 enum Answer {
@@ -251,30 +389,54 @@ mod tests {
     #[test]
     fn routes() {
         let base = "/apis/subresources.kubevirt.io";
-        assert_eq!(route(&Method::GET, base), Route::Group);
-        assert_eq!(route(&Method::GET, &format!("{base}/v1")), Route::Resources("v1".into()));
-        assert_eq!(route(&Method::GET, &format!("{base}/v1alpha3/")), Route::Resources("v1alpha3".into()));
-        assert_eq!(route(&Method::GET, &format!("{base}/v2")), Route::NotFound);
-        assert_eq!(route(&Method::GET, &format!("{base}/v1/version")), Route::Version);
-        assert_eq!(route(&Method::GET, &format!("{base}/v1/healthz")), Route::Healthz);
-        assert_eq!(route(&Method::GET, &format!("{base}/v1/guestfs")), Route::NotImplemented("guestfs".into()));
+        assert_eq!(route(&Method::GET, base, None), Route::Group);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1"), None), Route::Resources("v1".into()));
+        assert_eq!(route(&Method::GET, &format!("{base}/v1alpha3/"), None), Route::Resources("v1alpha3".into()));
+        assert_eq!(route(&Method::GET, &format!("{base}/v2"), None), Route::NotFound);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1/version"), None), Route::Version);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1/healthz"), None), Route::Healthz);
+        assert_eq!(route(&Method::GET, &format!("{base}/v1/guestfs"), None), Route::NotImplemented("guestfs".into()));
         assert_eq!(
-            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/start")),
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/start"), None),
             Route::Lifecycle { namespace: "ns".into(), name: "vm1".into(), action: Lifecycle::Start }
         );
         assert_eq!(
-            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/stop")),
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/stop"), None),
             Route::MethodNotAllowed
         );
         assert_eq!(
-            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/migrate")),
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/migrate"), None),
             Route::NotImplemented("virtualmachines/migrate".into())
         );
         assert_eq!(
-            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/vnc/screenshot")),
+            route(
+                &Method::GET,
+                &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/vnc"),
+                Some("preserveSession=true")
+            ),
+            Route::Vmi { namespace: "ns".into(), name: "vm1".into(), command: Command::Vnc { preserve_session: true } }
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/pause"), None),
+            Route::Vmi { namespace: "ns".into(), name: "vm1".into(), command: Command::Pause }
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/console"), None),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/vnc/screenshot"), None),
             Route::NotImplemented("virtualmachineinstances/vnc/screenshot".into())
         );
-        assert_eq!(route(&Method::GET, "/apis/kubevirt.io/v1"), Route::NotFound);
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/guestosinfo"), None),
+            Route::GuestAgent { namespace: "ns".into(), name: "vm1".into(), sub: "guestosinfo".into() }
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/freeze"), None),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(route(&Method::GET, "/apis/kubevirt.io/v1", None), Route::NotFound);
     }
 
     #[test]
@@ -284,7 +446,17 @@ mod tests {
             r["resources"].as_array().into_iter().flatten().filter_map(|x| x["name"].as_str()).collect();
         assert_eq!(
             names,
-            ["virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "version", "healthz"]
+            [
+                "virtualmachines/start",
+                "virtualmachines/stop",
+                "virtualmachines/restart",
+                "virtualmachineinstances/console",
+                "virtualmachineinstances/vnc",
+                "virtualmachineinstances/pause",
+                "virtualmachineinstances/unpause",
+                "version",
+                "healthz"
+            ]
         );
         assert_eq!(group_json()["preferredVersion"]["groupVersion"], "subresources.kubevirt.io/v1");
     }

@@ -11,7 +11,9 @@
 
 #![deny(missing_docs)]
 
+pub mod expose;
 pub mod vm;
+pub mod vmi;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,13 +1,19 @@
-//! `virtctl`: the subset of KubeVirt's CLI this project provides — `image-upload`, `start`, `stop`, `restart`.
+//! `virtctl`: the subset of KubeVirt's CLI this project provides — `image-upload`, `start`, `stop`, `restart`,
+//! `console`, `vnc`, `pause`, `unpause`, `expose`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use virtctl::vm::{LifecycleArgs, Verb};
+use virtctl::vmi;
 
 #[derive(Parser)]
-#[command(name = "virtctl", version, about = "KubeVirt command line client (image-upload, start, stop, restart)")]
+#[command(
+    name = "virtctl",
+    version,
+    about = "KubeVirt command line client (image-upload, start, stop, restart, console, vnc, pause, unpause, expose)"
+)]
 struct Cli {
     /// Namespace (default: the kubeconfig context's).
     #[arg(short = 'n', long, global = true)]
@@ -29,6 +35,16 @@ enum Cmd {
     Stop(LifecycleArgs),
     /// Restart a virtual machine.
     Restart(LifecycleArgs),
+    /// Connect to a console of a virtual machine instance.
+    Console(vmi::ConsoleArgs),
+    /// Open a VNC connection to a virtual machine instance.
+    Vnc(vmi::VncArgs),
+    /// Pause a virtual machine.
+    Pause(vmi::PauseArgs),
+    /// Unpause a virtual machine.
+    Unpause(vmi::PauseArgs),
+    /// Expose a virtual machine instance, virtual machine, or virtual machine instance replica set as a new service.
+    Expose(virtctl::expose::ExposeArgs),
 }
 
 async fn client(namespace: Option<String>, kubeconfig: Option<PathBuf>) -> anyhow::Result<(kube::Client, String)> {
@@ -46,7 +62,7 @@ async fn client(namespace: Option<String>, kubeconfig: Option<PathBuf>) -> anyho
 
 fn main() -> ExitCode {
     let Cli { namespace, kubeconfig, cmd } = Cli::parse();
-    let (verb, args) = match cmd {
+    let run = match cmd {
         Cmd::ImageUpload(args) => {
             return controller_runtime::binary::run(async move {
                 let (c, ns) = client(namespace, kubeconfig).await?;
@@ -54,16 +70,29 @@ fn main() -> ExitCode {
                 Ok(())
             });
         }
-        Cmd::Start(a) => (Verb::Start, a),
-        Cmd::Stop(a) => (Verb::Stop, a),
-        Cmd::Restart(a) => (Verb::Restart, a),
+        Cmd::Start(a) => Run::Lifecycle(Verb::Start, a),
+        Cmd::Stop(a) => Run::Lifecycle(Verb::Stop, a),
+        Cmd::Restart(a) => Run::Lifecycle(Verb::Restart, a),
+        Cmd::Pause(a) => Run::Pause(vmi::PauseVerb::Pause, a),
+        Cmd::Unpause(a) => Run::Pause(vmi::PauseVerb::Unpause, a),
+        Cmd::Console(a) => Run::Console(a),
+        Cmd::Vnc(a) => Run::Vnc(a),
+        Cmd::Expose(a) => Run::Expose(a),
     };
     // Upstream's output and exit code: the result line on stdout, or its error text on stderr and exit 1.
     let mut failed = false;
     let code = controller_runtime::binary::run(async {
         let (c, ns) = client(namespace, kubeconfig).await?;
-        match virtctl::vm::run(verb, &args, c, &ns).await {
-            Ok(line) => println!("{line}"),
+        let result = match &run {
+            Run::Lifecycle(verb, args) => virtctl::vm::run(*verb, args, c, &ns).await.map(Some),
+            Run::Pause(verb, args) => vmi::pause(*verb, args, c, &ns).await.map(Some),
+            Run::Console(args) => vmi::console(args, c, &ns).await.map(|()| None),
+            Run::Vnc(args) => vmi::vnc(args, c, &ns).await.map(|()| None),
+            Run::Expose(args) => virtctl::expose::expose(args, c, &ns).await.map(Some),
+        };
+        match result {
+            Ok(Some(line)) => println!("{line}"),
+            Ok(None) => {}
             Err(message) => {
                 eprintln!("{message}");
                 failed = true;
@@ -72,4 +101,13 @@ fn main() -> ExitCode {
         Ok(())
     });
     if failed { ExitCode::from(1) } else { code }
+}
+
+/// A command that prints upstream's result line or error text.
+enum Run {
+    Lifecycle(Verb, LifecycleArgs),
+    Pause(vmi::PauseVerb, vmi::PauseArgs),
+    Console(vmi::ConsoleArgs),
+    Vnc(vmi::VncArgs),
+    Expose(virtctl::expose::ExposeArgs),
 }

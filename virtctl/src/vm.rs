@@ -107,8 +107,7 @@ pub async fn run(verb: Verb, args: &LifecycleArgs, client: kube::Client, namespa
     let force = args.force && verb != Verb::Start;
     match client.request_text(request).await {
         Ok(_) => Ok(format!("{dry}VM {} was scheduled to {}", args.name, verb.as_str())),
-        Err(kube::Error::Api(s)) => Err(format!("{dry}{}", verb.error(force, &s.message))),
-        Err(e) => Err(format!("{dry}{}", verb.error(force, &e.to_string()))),
+        Err(e) => Err(format!("{dry}{}", verb.error(force, &crate::vmi::message(&e)))),
     }
 }
 

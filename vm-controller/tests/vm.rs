@@ -1000,18 +1000,11 @@ async fn both_virtctls_start_stop_and_restart_vms_through_the_subresource_api() 
 
     // RBAC through the real API server: a namespace viewer may read VMs but not start them; an editor may.
     let ns = env.ns.name().to_owned();
-    let rbac = format!(
-        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: viewer}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: editor}}\n---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: viewer}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}\nsubjects: [{{kind: ServiceAccount, name: viewer, namespace: {ns}}}]\n---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: editor}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\nsubjects: [{{kind: ServiceAccount, name: editor, namespace: {ns}}}]\n"
-    );
-    env.kubectl_manifest("apply", &rbac)?;
+    let (viewer, editor) = env.viewer_and_editor()?;
     let body = std::env::temp_dir().join(format!("kvrs-start-{ns}.json"));
     std::fs::write(&body, "{}").map_err(Error::io("writing the start body"))?;
     let uri = format!("/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/vm-ours/start");
     let body_arg = body.to_string_lossy().into_owned();
-    let viewer = format!("--as=system:serviceaccount:{ns}:viewer");
-    let editor = format!("--as=system:serviceaccount:{ns}:editor");
     // Aggregated roles take a moment to be filled in by the controller manager.
     poll_until("the viewer to read VMs (aggregated kubevirt.io:view)", Duration::from_secs(60), || async {
         env.kubectl(&[viewer.as_str(), "get", "vm", "vm-ours"]).ok()

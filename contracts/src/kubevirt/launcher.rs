@@ -82,6 +82,23 @@ impl SocketDir {
         format!("{}/done", self.0)
     }
 
+    /// The directory of QEMU's own sockets, owned by the `qemu` user (the launcher creates it; QEMU binds its
+    /// sockets there).
+    pub fn qemu_dir(&self) -> String {
+        format!("{}/qemu", self.0)
+    }
+
+    /// The serial console's unix socket (QEMU listens, one client at a time; the node agent attaches
+    /// `virtctl console` through it). QEMU also writes everything the guest prints to [`serial_log`].
+    pub fn serial_console(&self) -> String {
+        format!("{}/virt-serial0", self.qemu_dir())
+    }
+
+    /// The VNC server's unix socket (QEMU listens; the node agent attaches `virtctl vnc` through it).
+    pub fn vnc(&self) -> String {
+        format!("{}/virt-vnc", self.qemu_dir())
+    }
+
     /// Written by the launcher when the kubelet asked it to stop (SIGTERM): a guest that stops after this was
     /// stopped because its pod went away, not by itself, so the node agent reports the VMI `Failed`.
     pub fn terminating(&self) -> String {
@@ -94,15 +111,15 @@ pub fn serial_log() -> String {
     format!("{PRIVATE_DIR}/virt-serial0-log")
 }
 
-/// The serial console's unix socket (QEMU listens; `virtctl console` attaches through it). QEMU also writes
-/// everything the guest prints to [`serial_log`].
-pub fn serial_socket() -> String {
-    format!("{PRIVATE_DIR}/virt-serial0")
-}
-
-/// The VNC server's unix socket (QEMU listens).
-pub fn vnc_socket() -> String {
-    format!("{PRIVATE_DIR}/virt-vnc")
+/// Value of label `vmi.kubevirt.io/id` on the launcher pods of VMI `name` (what `virtctl expose` selects): the
+/// name, or a hash of it when longer than a label value may be.
+pub fn vmi_id(name: &str) -> String {
+    use sha2::Digest as _;
+    if name.len() <= 63 {
+        return name.to_owned();
+    }
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
 /// The containerDisk file of volume `volume`, as copied from its image by the disk's init container.
@@ -365,7 +382,8 @@ mod tests {
         assert_eq!(pvc_disk_size(10 << 30), 9676 << 20);
         assert_eq!(pvc_disk_size(1 << 20), 0);
         assert!(pvc_disk_size(u64::MAX) < u64::MAX / 1000 * 945);
-        assert_eq!(serial_socket(), "/var/run/kubevirt-private/virt-serial0");
+        assert_eq!(SocketDir::in_pod().serial_console(), "/var/run/kubevirt/sockets/qemu/virt-serial0");
+        assert_eq!(SocketDir::on_node("u").vnc(), "/var/run/kubevirt-rs/sockets/u/qemu/virt-vnc");
         let mac = derived_mac("6a1f2b3c-4d5e-4f60-8a71-92b3c4d5e6f7", "default");
         assert_eq!(mac, derived_mac("6a1f2b3c-4d5e-4f60-8a71-92b3c4d5e6f7", "default"));
         assert_ne!(mac, derived_mac("6a1f2b3c-4d5e-4f60-8a71-92b3c4d5e6f7", "other"));

@@ -1,5 +1,6 @@
-//! KubeVirt's (`kubevirt.io`) wire contracts. So far its exact constants ([`consts`]); the node agent ↔ launcher
-//! and virt-api ↔ node agent hand-overs join them with the VM half.
+//! KubeVirt's (`kubevirt.io`) wire contracts: its exact constants ([`consts`]), the node agent ↔ launcher ([`launcher`])
+//! and virt-api ↔ node agent ([`node_api`]) hand-overs.
 
 pub mod consts;
 pub mod launcher;
+pub mod node_api;

@@ -141,12 +141,12 @@ async fn reconcile_with_retries(vmi: &VirtualMachineInstance, ctx: &Context) -> 
     }
 }
 
-/// The VMI's launcher pod on this node: the `activePods` entry for this node, from the cache.
-fn active_pod(ctx: &Context, vmi: &VirtualMachineInstance) -> Option<Arc<Pod>> {
+/// The VMI's launcher pod on `node`: the `activePods` entry for that node, from the cache of the node's pods.
+pub fn active_pod(pods: &Store<Pod>, node: &str, vmi: &VirtualMachineInstance) -> Option<Arc<Pod>> {
     let status = vmi.status.as_ref()?;
     let uids: Vec<&String> =
-        status.active_pods.iter().flatten().filter(|(_, node)| **node == ctx.node).map(|(uid, _)| uid).collect();
-    ctx.stores.pods.state().into_iter().find(|p| p.metadata.uid.as_ref().is_some_and(|u| uids.contains(&u)))
+        status.active_pods.iter().flatten().filter(|(_, n)| n.as_str() == node).map(|(uid, _)| uid).collect();
+    pods.state().into_iter().find(|p| p.metadata.uid.as_ref().is_some_and(|u| uids.contains(&u)))
 }
 
 fn launcher_view(dir: &SocketDir) -> LauncherView {
@@ -210,7 +210,7 @@ fn operate(uri: &str, name: &str, op: &DomainOp) -> Result<(), libvirt::Error> {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     // A panic in libvirt glue is a bug; surface it loudly rather than losing the reconcile.
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
@@ -242,7 +242,7 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
     let name = vmi.name_any();
     let uid = vmi.uid().unwrap_or_default();
     // read
-    let pod = active_pod(ctx, vmi);
+    let pod = active_pod(&ctx.stores.pods, &ctx.node, vmi);
     let (launcher, dir, terminating) = match &pod {
         None => (LauncherView::NoPod, None, false),
         Some(p) => {
@@ -304,7 +304,7 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         let (uri, n, op2) = (d.libvirt_uri(), domain_name.clone(), op.clone());
         tracing::info!(vmi = %format!("{ns}/{name}"), op = op.name(), "domain operation");
         if let Err(e) = blocking(move || operate(&uri, &n, &op2)).await {
-            ctx.events.publish(vmi, Severity::Warning, plan::event::SYNC_FAILED, &e.to_string()).await;
+            ctx.events.publish(vmi, Severity::Warning, plan::event::SYNC_FAILED, &e.line()).await;
             return Err(e.into());
         }
         if *op == DomainOp::Shutdown {
@@ -370,13 +370,15 @@ pub fn vmi_selector(node: &str) -> String {
     format!("{}={node}", label::NODE_NAME)
 }
 
-/// Runs the node agent on `node` until `shutdown` resolves: the VMI reconciler, the heartbeat and the sweep.
+/// Runs the node agent on `node` until `shutdown` resolves: the VMI reconciler, the heartbeat and the sweep, and
+/// with `node_api` (listen address, TLS) the node API for virt-api ([`crate::server`]).
 /// The node is marked unschedulable when the agent stops.
 pub async fn run(
     client: Client,
     node: String,
     metrics: ReconcileMetrics,
     instance: Option<String>,
+    node_api: Option<(std::net::SocketAddr, Arc<rustls::ServerConfig>)>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     use controller_runtime::store::{reflect, wait_ready};
@@ -431,6 +433,13 @@ pub async fn run(
             }
         })
     };
+    let server = match node_api {
+        Some((listen, tls)) => Some(
+            crate::server::start(listen, tls, client.clone(), node.clone(), stores.pods.clone(), stop(&stop_tx))
+                .await?,
+        ),
+        None => None,
+    };
     let vmis = Controller::new(
         Api::<VirtualMachineInstance>::all(client.clone()),
         watcher::Config::default().labels(&vmi_selector(&node)),
@@ -451,6 +460,9 @@ pub async fn run(
     };
     tokio::join!(vmis, stopper);
     let _ = beat.await;
+    if let Some(server) = server {
+        let _ = server.await;
+    }
     if let Err(e) = node::heartbeat(&client, &node, false).await {
         tracing::warn!(error = %e, "marking the node unschedulable failed");
     }

@@ -374,10 +374,10 @@ fn interfaces() {
 #[test]
 fn autoattached_devices_and_their_toggles() {
     let x = xml(|v| v["spec"]["domain"]["devices"]["rng"] = json!({}));
-    has(&x, "<serial type='unix'>\n      <source mode='bind' path='/var/run/kubevirt-private/virt-serial0'/>");
+    has(&x, "<serial type='unix'>\n      <source mode='bind' path='/var/run/kubevirt/sockets/qemu/virt-serial0'/>");
     has(&x, "<console type='unix'>");
     has(&x, "<channel type='unix'>\n      <target type='virtio' name='org.qemu.guest_agent.0'/>");
-    has(&x, "<listen type='socket' socket='/var/run/kubevirt-private/virt-vnc'/>");
+    has(&x, "<listen type='socket' socket='/var/run/kubevirt/sockets/qemu/virt-vnc'/>");
     has(&x, "<memballoon model='virtio-non-transitional'>\n      <stats period='10'/>");
     has(&x, "<rng model='virtio-non-transitional'>\n      <backend model='random'>/dev/urandom</backend>");
     has(&x, "<controller type='usb' index='0' model='none'/>");

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use cdi_test_support::{CdiImages, deploy_cdi};
 use contracts::kubevirt::consts::label;
+use contracts::kubevirt::node_api;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, Patch, PatchParams};
@@ -151,12 +152,23 @@ pub async fn deploy_kubevirt(cluster: &TestCluster, options: &StackOptions) -> R
         "network": {"defaultNetworkInterface": options.default_network_interface},
     }}});
     kv.patch("kubevirt", &PatchParams::default(), &Patch::Merge(&config)).await?;
+    // The node API's certificates (node agent serving, virt-api client): kept when both exist, else a fresh pair.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let server = secrets.get_opt(node_api::SERVER_SECRET).await?;
+    let client_cert = secrets.get_opt(node_api::CLIENT_SECRET).await?;
+    if server.as_ref().and_then(Pki::from_secret).is_none() || client_cert.as_ref().and_then(Pki::from_secret).is_none()
+    {
+        let (server, client_cert) = Pki::generate_node_api().map_err(|e| Error::ClusterUp(e.to_string()))?;
+        for (name, p) in [(node_api::SERVER_SECRET, server), (node_api::CLIENT_SECRET, client_cert)] {
+            let params = PatchParams::apply("stack-support").force();
+            secrets.patch(name, &params, &Patch::Apply(p.secret_named(name, NAMESPACE))).await?;
+        }
+    }
     for f in ["kubevirt-rbac.yaml", "vm-controller.yaml", "node-agent.yaml"] {
         apply_yaml(&client, NAMESPACE, &with_images(&read_repo_file(&format!("deploy/{f}"))?, &images)).await?;
     }
     // virt-api's serving certificate: the one kept in its Secret (re-installs keep running replicas valid), else
     // a fresh CA and certificate.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let pki = match secrets.get_opt(pki::TLS_SECRET).await?.as_ref().and_then(Pki::from_secret) {
         Some(p) => p,
         None => {

@@ -148,6 +148,26 @@ impl VmiEnv {
         self.kubectl_global(&full)
     }
 
+    /// ServiceAccounts `viewer` and `editor` in the namespace, bound to Kubernetes' `view` and `edit` (which the
+    /// `kubevirt.io:*` roles aggregate into); returns their kubectl impersonation flags (`--as=…`).
+    pub fn viewer_and_editor(&self) -> Result<(String, String)> {
+        let ns = self.ns.name();
+        let yaml: String = [("viewer", "view"), ("editor", "edit")]
+            .iter()
+            .map(|(sa, role)| {
+                format!(
+                    "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}}}\n---\n\
+                     apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {sa}}}\n\
+                     roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\n\
+                     subjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n---\n"
+                )
+            })
+            .collect();
+        self.kubectl_manifest("apply", &yaml)?;
+        let flag = |sa: &str| format!("--as=system:serviceaccount:{ns}:{sa}");
+        Ok((flag("viewer"), flag("editor")))
+    }
+
     /// Creates upstream's example `file` with its containerDisk images rewritten to the test guest; returns the
     /// YAML created.
     pub fn apply_example(&self, file: &str) -> Result<String> {

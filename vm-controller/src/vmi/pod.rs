@@ -30,7 +30,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
-use sha2::{Digest, Sha256};
 
 /// Extra seconds of the pod's grace period over the VMI's (upstream: 15 + 15), so the launcher can finish an ACPI
 /// shutdown that used the whole VMI grace period.
@@ -153,14 +152,7 @@ pub fn hostname(vmi: &VirtualMachineInstance) -> String {
     })
 }
 
-/// Value of label `vmi.kubevirt.io/id`: the VMI name, or a hash of it when longer than a label value may be.
-pub fn vmi_id(name: &str) -> String {
-    if name.len() <= 63 {
-        return name.to_owned();
-    }
-    let digest = Sha256::digest(name.as_bytes());
-    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
-}
+pub use contracts::kubevirt::launcher::vmi_id;
 
 /// The label selector of every launcher pod of the VMI with UID `uid`.
 pub fn pods_selector(uid: &str) -> String {

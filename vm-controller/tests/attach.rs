@@ -1,0 +1,418 @@
+//! The VMI subresources virt-api carries out through the node agent (issue 14): `console`, `vnc`, `pause`,
+//! `unpause`, each with upstream's `virtctl` v1.8.0 and ours on the same running guest, through the real
+//! kube-apiserver's aggregation layer, virt-api and the node agent's mutual-TLS API.
+//!
+//! Needs the test cluster and the installed stack (masquerade default); run with `--ignored --test-threads=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use contracts::kubevirt::node_api;
+use crds::kubevirt::VirtualMachineInstance;
+use crds::kubevirt::vmi::{
+    ConditionStatus, VirtualMachineInstanceConditionType as Type, VirtualMachineInstancePhase as Phase,
+};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use kube_test_support::{Error, Result, poll_object, poll_until};
+use stack_support::vmi::{MARKER, VmiEnv, condition};
+use stack_support::{local_images, upstream_example};
+
+const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+const TICK: &str = "KUBEVIRT-RS-GUEST-TICK";
+const VM: &str = "vm-attach";
+
+fn err(message: impl Into<String>) -> Error {
+    Error::ClusterUp(message.into())
+}
+
+fn virtctl_command(env: &VmiEnv, bin: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin);
+    c.arg("--kubeconfig").arg(env.cluster.kubeconfig()).args(["-n", env.ns.name()]).args(args);
+    c
+}
+
+/// One virtctl run: (exit code, stdout + stderr).
+fn virtctl(env: &VmiEnv, bin: &Path, args: &[&str]) -> Result<(i32, String)> {
+    let out = virtctl_command(env, bin, args).stdin(Stdio::null()).output().map_err(Error::io("virtctl"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), text))
+}
+
+/// A running `virtctl console`: its stdout read on a thread into a channel.
+struct Console {
+    child: Child,
+    output: mpsc::Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl Console {
+    fn start(env: &VmiEnv, bin: &Path) -> Result<Console> {
+        let mut child = virtctl_command(env, bin, &["console", VM])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(Error::io("virtctl console"))?;
+        let (tx, rx) = mpsc::channel();
+        let stdout: ChildStdout = child.stdout.take().ok_or_else(|| err("no stdout"))?;
+        std::thread::spawn(move || {
+            let mut stdout = stdout;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Console { child, output: rx, seen: String::new() })
+    }
+
+    /// Reads until the output contains `needle` (after what was already seen); the output so far on timeout.
+    fn expect(&mut self, needle: &str, timeout: Duration) -> Result<()> {
+        let start = self.seen.len();
+        let until = Instant::now() + timeout;
+        while !self.seen[start..].contains(needle) {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.output.recv_timeout(left) {
+                Ok(b) => self.seen.push_str(&String::from_utf8_lossy(&b)),
+                Err(_) => {
+                    let stderr = self.stderr();
+                    return Err(err(format!(
+                        "no {needle:?} from virtctl console within {timeout:?}:\n{}\n--- stderr:\n{stderr}",
+                        self.seen
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, line: &str) -> Result<()> {
+        let stdin = self.child.stdin.as_mut().ok_or_else(|| err("no stdin"))?;
+        stdin.write_all(line.as_bytes()).map_err(Error::io("writing to virtctl console"))?;
+        stdin.flush().map_err(Error::io("flushing virtctl console"))
+    }
+
+    /// Waits until the process exited on its own: its exit code.
+    fn exited_within(&mut self, timeout: Duration) -> Option<i32> {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status.code().unwrap_or(-1));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        None
+    }
+
+    fn stderr(&mut self) -> String {
+        if self.child.try_wait().ok().flatten().is_none() {
+            return String::from("(still running)");
+        }
+        let mut s = String::new();
+        if let Some(e) = self.child.stderr.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `virtctl vnc --proxy-only`: the port it printed, then the RFB greeting of the guest's VNC server through it.
+fn vnc_handshake(env: &VmiEnv, bin: &Path) -> Result<String> {
+    let mut child = virtctl_command(env, bin, &["vnc", "--proxy-only", VM])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(Error::io("virtctl vnc"))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().ok_or_else(|| err("no stdout"))?;
+    BufReader::new(stdout).read_line(&mut line).map_err(Error::io("reading virtctl vnc"))?;
+    let result = (|| {
+        let v: serde_json::Value = serde_json::from_str(line.trim()).map_err(|e| err(format!("{line:?}: {e}")))?;
+        let port = v["port"].as_u64().ok_or_else(|| err(format!("no port in {line:?}")))?;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", u16::try_from(port).unwrap_or(0)))
+            .map_err(Error::io("connecting to the VNC proxy"))?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(Error::io("timeout"))?;
+        let mut greeting = [0u8; 12];
+        s.read_exact(&mut greeting).map_err(Error::io("reading the RFB greeting"))?;
+        // The client's version: the server then offers its security types (at least one).
+        s.write_all(b"RFB 003.008\n").map_err(Error::io("writing the RFB version"))?;
+        let mut count = [0u8; 1];
+        s.read_exact(&mut count).map_err(Error::io("reading the security types"))?;
+        assert!(count[0] > 0, "the VNC server offers no security type");
+        Ok(String::from_utf8_lossy(&greeting).into_owned())
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+fn ticks(console: &str) -> usize {
+    console.lines().filter(|l| l.starts_with(TICK)).count()
+}
+
+async fn paused(env: &VmiEnv, want: bool) -> Result<VirtualMachineInstance> {
+    poll_object(&env.vmis(), VM, Duration::from_secs(30), |v: &VirtualMachineInstance| {
+        (condition(v, Type::Paused) == Some(ConditionStatus::True)) == want
+    })
+    .await
+}
+
+/// console (output, input, one at a time), vnc, pause/unpause with `bin` on the running guest of [`VM`].
+async fn attach_with(env: &VmiEnv, bin: &Path, pod: &str, tag: &str) -> Result<()> {
+    let which = bin.display().to_string();
+    // console: the guest's output arrives, typed lines reach it.
+    let mut first = Console::start(env, bin)?;
+    first.expect(TICK, Duration::from_secs(60))?;
+    first.send(&format!("hello-{tag}\n"))?;
+    first.expect(&format!("KUBEVIRT-RS-GUEST-ECHO hello-{tag}"), Duration::from_secs(30))?;
+    // One console at a time: a second one takes over, the first is disconnected.
+    let mut second = Console::start(env, bin)?;
+    second.expect(TICK, Duration::from_secs(60))?;
+    let code = first.exited_within(Duration::from_secs(30));
+    assert!(code.is_some(), "{which}: the first console still runs after a second attached:\n{}", first.seen);
+    second.send(&format!("again-{tag}\n"))?;
+    second.expect(&format!("KUBEVIRT-RS-GUEST-ECHO again-{tag}"), Duration::from_secs(30))?;
+    drop(second);
+    drop(first);
+
+    // vnc --proxy-only: the guest's VNC server greets through the proxy.
+    let greeting = vnc_handshake(env, bin)?;
+    assert!(greeting.starts_with("RFB 003.00"), "{which}: {greeting:?}");
+
+    // pause: the Paused condition (libvirt's reason: the user), the guest stops ticking; twice is refused.
+    let (code, out) = virtctl(env, bin, &["pause", "vmi", VM, "--dry-run"])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    assert!(
+        out.contains("Dry Run execution") && out.contains(&format!("VMI {VM} was scheduled to pause")),
+        "{which}: {out}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(condition(&env.vmis().get(VM).await?, Type::Paused), None, "{which}: a dry run paused the VMI");
+    let (code, out) = virtctl(env, bin, &["pause", "vm", VM])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    assert!(out.contains(&format!("VMI {VM} was scheduled to pause")), "{which}: {out}");
+    let vmi = paused(env, true).await?;
+    let reason = vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == Type::Paused)
+        .and_then(|c| c.reason.clone());
+    assert_eq!(reason.as_deref(), Some("PausedByUser"), "{which}");
+    let before = ticks(&env.console(pod));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(ticks(&env.console(pod)), before, "{which}: a paused guest kept ticking");
+    let (code, out) = virtctl(env, bin, &["pause", "vmi", VM])?;
+    assert_eq!(code, 1, "{which}: {out}");
+    let again = format!(
+        "Error pausing VirtualMachineInstance {VM}: Operation cannot be fulfilled on virtualmachineinstance.kubevirt.io \"{VM}\": VMI is already paused"
+    );
+    assert!(out.contains(&again), "{which}: {out}");
+
+    // unpause: the condition goes, the guest ticks on; unpausing a running guest is refused.
+    let (code, out) = virtctl(env, bin, &["unpause", "vmi", VM])?;
+    assert_eq!(code, 0, "{which}: {out}");
+    assert!(out.contains(&format!("VMI {VM} was scheduled to unpause")), "{which}: {out}");
+    paused(env, false).await?;
+    poll_until("the guest to tick again", Duration::from_secs(30), || async {
+        (ticks(&env.console(pod)) > before).then_some(())
+    })
+    .await?;
+    let (code, out) = virtctl(env, bin, &["unpause", "vm", VM])?;
+    assert_eq!(code, 1, "{which}: {out}");
+    assert!(out.contains("VMI is not paused"), "{which}: {out}");
+    Ok(())
+}
+
+/// The node agent pod's IP on the VMI's node.
+async fn node_agent_ip(env: &VmiEnv, node: &str) -> Result<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), "kubevirt");
+    let (k, v) = node_api::POD_LABEL;
+    let list =
+        pods.list(&ListParams::default().labels(&format!("{k}={v}")).fields(&format!("spec.nodeName={node}"))).await?;
+    list.items
+        .iter()
+        .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .ok_or_else(|| err(format!("no node agent pod on {node}")))
+}
+
+/// `curl` of the node agent's console path: (exit code, output with the HTTP status).
+fn curl_node_api(url: &str, extra: &[&str]) -> Result<(i32, String)> {
+    let out = Command::new("curl")
+        .args(["-sS", "-k", "--max-time", "10", "-w", "\nHTTP %{http_code}\n", "-X", "PUT"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .map_err(Error::io("curl (the node API)"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), text))
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Result<()> {
+    let env = VmiEnv::on_installed_stack("vm-attach").await?;
+    let upstream: PathBuf =
+        tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+    let ours = kube_test_support::workspace_binary("virtctl")?;
+
+    // A stopped VM has no VMI: both virtctls say so (404, upstream's text).
+    let yaml = local_images(&upstream_example("vm-cirros.yaml")?, &env.image).replace("vm-cirros", VM);
+    env.kubectl_manifest("create", &yaml)?;
+    for bin in [&upstream, &ours] {
+        let (code, out) = virtctl(&env, bin, &["console", VM])?;
+        assert_eq!(code, 1, "{}: {out}", bin.display());
+        assert!(
+            out.contains(&format!("virtualmachineinstance.kubevirt.io \"{VM}\" not found")),
+            "{}: {out}",
+            bin.display()
+        );
+        let (code, out) = virtctl(&env, bin, &["vnc", "--proxy-only", "no-such-vmi"])?;
+        assert_eq!(code, 1, "{}: {out}", bin.display());
+        assert!(out.contains("can't access VMI no-such-vmi") && out.contains("not found"), "{}: {out}", bin.display());
+    }
+
+    let (code, out) = virtctl(&env, &ours, &["start", VM])?;
+    assert_eq!(code, 0, "{out}");
+    let vmi = env.wait_phase(VM, Phase::Running, BOOT_TIMEOUT).await?;
+    let pod = env.launcher_pod(&vmi).await?.name_any();
+    env.wait_console(&pod, MARKER, BOOT_TIMEOUT).await?;
+
+    attach_with(&env, &upstream, &pod, "upstream").await?;
+    attach_with(&env, &ours, &pod, "ours").await?;
+    // The guest has no agent: upstream's virtctl gets upstream's clear refusal for what needs one.
+    // (for guestosinfo upstream's client prints its generic text for the 409; the API's message is upstream's.)
+    for sub in ["guestosinfo", "fslist", "userlist"] {
+        let (code, out) = virtctl(&env, &upstream, &[sub, VM])?;
+        assert_eq!(code, 1, "{sub}: {out}");
+        let refused =
+            out.contains("VMI does not have guest agent connected") || out.contains("the server reported a conflict");
+        assert!(refused, "{sub}: {out}");
+    }
+    for sub in ["guestosinfo", "filesystemlist", "userlist"] {
+        let uri = format!(
+            "/apis/subresources.kubevirt.io/v1/namespaces/{}/virtualmachineinstances/{VM}/{sub}",
+            env.ns.name()
+        );
+        let out = env.cluster.kubectl(["get", "--raw", &uri])?;
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success() && text.contains("VMI does not have guest agent connected"), "{sub}: {text}");
+    }
+    let body = tempfile::NamedTempFile::new().map_err(Error::io("freeze body"))?;
+    std::fs::write(body.path(), r#"{"unfreezeTimeout": "5m"}"#).map_err(Error::io("freeze body"))?;
+    let freeze =
+        format!("/apis/subresources.kubevirt.io/v1/namespaces/{}/virtualmachineinstances/{VM}/freeze", env.ns.name());
+    let out = env.cluster.kubectl(["replace", "--raw", &freeze, "-f", &body.path().to_string_lossy()])?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && text.contains("VMI does not have guest agent connected"), "freeze: {text}");
+
+    // RBAC through the real API server: a namespace viewer may not open the console; an editor gets through
+    // to virt-api (which then wants a websocket).
+    let ns = env.ns.name().to_owned();
+    let (viewer, editor) = env.viewer_and_editor()?;
+    let uri = format!("/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{VM}/console");
+    poll_until(
+        "the editor to reach virt-api's console (aggregated kubevirt.io:edit)",
+        Duration::from_secs(60),
+        || async {
+            let out = env.cluster.kubectl([editor.as_str(), "get", "--raw", &uri]).ok()?;
+            String::from_utf8_lossy(&out.stderr).contains("websocket").then_some(())
+        },
+    )
+    .await?;
+    let denied = env.cluster.kubectl([viewer.as_str(), "get", "--raw", &uri])?;
+    let text = String::from_utf8_lossy(&denied.stderr).into_owned();
+    assert!(!denied.status.success() && text.contains("Forbidden"), "viewer: {text}");
+
+    // expose: both virtctls create a Service selecting the launcher pod (vmi.kubevirt.io/id); its endpoints are
+    // the pod's, and the guest's HTTP server answers there. (The test cluster has no kube-proxy: the ClusterIP
+    // itself is not routed, so the endpoint is what is dialled.)
+    for (bin, kind, svc, svc_type) in
+        [(&upstream, "vmi", "svc-upstream", "ClusterIP"), (&ours, "vm", "svc-ours", "NodePort")]
+    {
+        let args = ["expose", kind, VM, "--name", svc, "--port", "8080", "--target-port", "80", "--type", svc_type];
+        let (code, out) = virtctl(&env, bin, &args)?;
+        assert_eq!(code, 0, "{}: {out}", bin.display());
+        assert!(
+            out.contains(&format!("Service {svc} successfully created for {kind} {VM}")),
+            "{}: {out}",
+            bin.display()
+        );
+        let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(env.client.clone(), &ns);
+        let spec = services.get(svc).await?.spec.unwrap_or_default();
+        let selector = spec.selector.unwrap_or_default();
+        assert_eq!(selector.get("vmi.kubevirt.io/id").map(String::as_str), Some(VM), "{svc}");
+        assert_eq!(spec.type_.as_deref(), Some(svc_type), "{svc}");
+        let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::namespaced(env.client.clone(), &ns);
+        let ip = poll_until(&format!("the endpoints of {svc}"), Duration::from_secs(60), || async {
+            let list =
+                slices.list(&ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"))).await.ok()?;
+            let slice = list.items.into_iter().next()?;
+            let port = slice.ports.iter().flatten().find_map(|p| p.port)?;
+            let ip = slice.endpoints.iter().find_map(|e| e.addresses.first().cloned())?;
+            (port == 80).then_some(ip)
+        })
+        .await?;
+        let launcher = env.pods().get(&pod).await?;
+        assert_eq!(launcher.status.and_then(|s| s.pod_ip).as_deref(), Some(ip.as_str()), "{svc}");
+        let page = stack_support::vmi::http_get(&ip).await?;
+        assert!(page.contains(MARKER), "{svc}: {page}");
+    }
+    let (code, out) = virtctl(&env, &ours, &["expose", "vmi", "no-such-vmi", "--name", "x", "--port", "80"])?;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "error fetching VirtualMachineInstance: virtualmachineinstances.kubevirt.io \"no-such-vmi\" not found"
+        ),
+        "{out}"
+    );
+
+    // The node agent's API takes virt-api's client certificate only: none is a 401, one of another CA fails the
+    // TLS handshake.
+    let node = vmi.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let ip = node_agent_ip(&env, &node).await?;
+    let url = format!("https://{ip}:{}{}", node_api::PORT, node_api::Command::Pause.path(&ns, VM));
+    let (_, out) = curl_node_api(&url, &[])?;
+    assert!(out.contains("HTTP 401") && out.contains("a client certificate is required"), "{out}");
+    let dir = tempfile::tempdir().map_err(Error::io("tempdir"))?;
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1"])
+        .args(["-subj", &format!("/CN={}", node_api::CLIENT_COMMON_NAME)])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .map_err(Error::io("openssl"))?;
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let (code, out) = curl_node_api(&url, &["--cert", &cert.to_string_lossy(), "--key", &key.to_string_lossy()])?;
+    assert!(code != 0 && !out.contains("HTTP 200"), "a self-signed certificate named like virt-api's got in: {out}");
+    assert_eq!(condition(&env.vmis().get(VM).await?, Type::Paused), None, "a refused request paused the VMI");
+
+    // A stopped VM's console: the VMI is gone, 404 again.
+    let (code, out) = virtctl(&env, &ours, &["stop", VM])?;
+    assert_eq!(code, 0, "{out}");
+    env.wait_gone(VM, BOOT_TIMEOUT).await?;
+    let (code, out) = virtctl(&env, &upstream, &["console", VM])?;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("not found"), "{out}");
+    env.ns.delete().await
+}
