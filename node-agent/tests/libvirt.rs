@@ -196,6 +196,9 @@ fn prepare_container_disk(root: &Path, volume: &str, image: &Path) {
     fs::copy(image, &copy).unwrap_or_else(|e| panic!("{} → {}: {e}", image.display(), copy.display()));
     run(Command::new("qemu-img").args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"]).arg(&copy).arg(&overlay));
     fs::create_dir_all(at(launcher::PRIVATE_DIR.to_owned())).unwrap_or_else(|e| panic!("private dir: {e}"));
+    // QEMU binds the console and VNC sockets in the pod's socket directory.
+    let qemu_dir = at(launcher::SocketDir::in_pod().qemu_dir());
+    fs::create_dir_all(&qemu_dir).unwrap_or_else(|e| panic!("{}: {e}", qemu_dir.display()));
 }
 
 fn prepare_empty_disk(root: &Path, volume: &str, size: &str) {
