@@ -44,3 +44,5 @@ pub mod metrics;
 pub mod policy;
 #[cfg(feature = "kube")]
 pub mod store;
+#[cfg(feature = "kube")]
+pub mod ws;

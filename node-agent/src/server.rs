@@ -245,10 +245,9 @@ async fn stream(
         }
         forget();
     });
-    let mut r = text(StatusCode::SWITCHING_PROTOCOLS, "");
-    *r.body_mut() = Full::new(Bytes::new());
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = r.headers_mut();
-    h.remove(hyper::header::CONTENT_TYPE);
     h.insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("Upgrade"));
     h.insert(hyper::header::UPGRADE, hyper::header::HeaderValue::from_static(node_api::UPGRADE));
     r

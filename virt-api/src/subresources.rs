@@ -244,15 +244,13 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
                         "VMI subresource");
                     response
                 }
-                Err(r) => failure(r.code, r.reason, &r.message),
+                Err(a) => a.response(),
             }
         }
         Route::GuestAgent { namespace, name, sub } => {
-            let vmis: Api<VirtualMachineInstance> = Api::namespaced(s.client.clone(), &namespace);
-            let r = match vmis.get_opt(&name).await {
-                Ok(Some(vmi)) => vmi_ops::guest_agent(&sub, &vmi),
-                Ok(None) => vmi_ops::vmi_not_found(&name),
-                Err(e) => return kube_failure(&e),
+            let r = match read_vmi(&s.client, &namespace, &name).await {
+                Ok(vmi) => vmi_ops::guest_agent(&sub, &vmi),
+                Err(a) => return a.response(),
             };
             failure(r.code, r.reason, &r.message)
         }
@@ -267,8 +265,7 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
                         dry_run = !options.dry_run.is_empty(), "lifecycle request");
                     respond(StatusCode::ACCEPTED, "application/json", "")
                 }
-                Err(Answer::Refused(r)) => failure(r.code, r.reason, &r.message),
-                Err(Answer::Kube(e)) => kube_failure(&e),
+                Err(a) => a.response(),
             }
         }
     }
@@ -297,14 +294,9 @@ async fn vmi_request(
     ns: &str,
     name: &str,
     command: Command,
-) -> Result<Response<Full<Bytes>>, Refusal> {
+) -> Result<Response<Full<Bytes>>, Answer> {
     let handshake = if command.is_stream() { Some(vmi_ops::handshake(req.headers())?) } else { None };
-    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
-    let kube_refusal = |e: kube::Error| match e {
-        kube::Error::Api(s) => Refusal { code: s.code, reason: "InternalError", message: s.message },
-        other => Refusal { code: 500, reason: "InternalError", message: other.to_string() },
-    };
-    let vmi = vmis.get_opt(name).await.map_err(kube_refusal)?.ok_or_else(|| vmi_ops::vmi_not_found(name))?;
+    let vmi = read_vmi(client, ns, name).await?;
     vmi_ops::check(command, &vmi)?;
     let node = vmi.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
     let Some(handshake) = handshake else {
@@ -320,15 +312,21 @@ async fn vmi_request(
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                vmi_ops::bridge(hyper_util::rt::TokioIo::new(upgraded), stream).await;
+                let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    hyper_util::rt::TokioIo::new(upgraded),
+                    tokio_tungstenite::tungstenite::protocol::Role::Server,
+                    None,
+                )
+                .await;
+                controller_runtime::ws::bridge(ws, stream).await;
                 tracing::info!(stream = what, "stream closed");
             }
             Err(e) => tracing::warn!(stream = what, "the client's upgrade failed: {e}"),
         }
     });
-    let mut r = respond(StatusCode::SWITCHING_PROTOCOLS, "application/octet-stream", "");
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = r.headers_mut();
-    h.remove(hyper::header::CONTENT_TYPE);
     let value = |v: &str| hyper::header::HeaderValue::from_str(v).map_err(|e| Refusal::bad_request(e.to_string()));
     h.insert(hyper::header::CONNECTION, value("Upgrade")?);
     h.insert(hyper::header::UPGRADE, value("websocket")?);
@@ -342,6 +340,28 @@ async fn vmi_request(
 enum Answer {
     Refused(Refusal),
     Kube(kube::Error),
+}
+
+impl From<Refusal> for Answer {
+    fn from(r: Refusal) -> Answer {
+        Answer::Refused(r)
+    }
+}
+
+impl Answer {
+    /// The `metav1.Status` response (an API error keeps the API server's code, reason and message).
+    fn response(&self) -> Response<Full<Bytes>> {
+        match self {
+            Answer::Refused(r) => failure(r.code, r.reason, &r.message),
+            Answer::Kube(e) => kube_failure(e),
+        }
+    }
+}
+
+/// The VMI `ns/name`, or upstream's 404 for an unknown one.
+async fn read_vmi(client: &kube::Client, ns: &str, name: &str) -> Result<VirtualMachineInstance, Answer> {
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    vmis.get_opt(name).await.map_err(Answer::Kube)?.ok_or_else(|| Answer::Refused(vmi_ops::vmi_not_found(name)))
 }
 
 /// Reads the VM and its VMI, plans, and sends the patches.

@@ -4,19 +4,14 @@
 //! ```text
 //! GET …/virtualmachineinstances/{name}/console|vnc   (Upgrade: websocket)
 //!   ─► the VMI (404 with upstream's text) ─► check (pure, upstream's texts: not running, no serial console, …)
-//!   ─► NodeClient::stream on the VMI's node ─► 101 to the client ─► bridge: websocket messages ↔ raw bytes
+//!   ─► NodeClient::stream on the VMI's node ─► 101 to the client ─► controller_runtime::ws::bridge
 //! PUT …/virtualmachineinstances/{name}/pause|unpause  ({"dryRun": ["All"]} checks only)
 //!   ─► the VMI ─► check ─► NodeClient::command ─► 200
 //! ```
 //!
 //! The node agent keeps one console (and one VNC session) per VMI: a new one closes the old, as upstream's.
 
-use futures::{SinkExt, StreamExt};
 use hyper::HeaderMap;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::Role;
 
 use contracts::kubevirt::consts::PLAIN_STREAM_PROTOCOL;
 use contracts::kubevirt::node_api::Command;
@@ -148,55 +143,6 @@ pub fn handshake(headers: &HeaderMap) -> Result<Handshake, Refusal> {
     Ok(Handshake { accept, plain: has_token(hyper::header::SEC_WEBSOCKET_PROTOCOL, PLAIN_STREAM_PROTOCOL) })
 }
 
-/// Size of one websocket message towards the client (upstream's buffer is 32 KiB).
-const CHUNK: usize = 32 << 10;
-
-/// Copies between the client's websocket (`client`, the upgraded request) and the node agent's raw stream
-/// until either side ends: binary and text messages' payloads go to the node, the node's bytes come back as
-/// binary messages.
-pub async fn bridge<C, N>(client: C, node: N)
-where
-    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    N: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let ws = WebSocketStream::from_raw_socket(client, Role::Server, None).await;
-    let (mut ws_tx, mut ws_rx) = ws.split();
-    let (mut node_rx, mut node_tx) = tokio::io::split(node);
-    let to_node = async {
-        while let Some(msg) = ws_rx.next().await {
-            let data = match msg {
-                Ok(Message::Binary(b)) => b,
-                Ok(Message::Text(t)) => bytes::Bytes::from(t.as_str().to_owned()),
-                Ok(Message::Close(_)) | Err(_) => break,
-                Ok(_) => continue,
-            };
-            if node_tx.write_all(&data).await.is_err() {
-                break;
-            }
-        }
-        let _ = node_tx.shutdown().await;
-    };
-    let to_client = async {
-        let mut buf = vec![0u8; CHUNK];
-        loop {
-            match node_rx.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if ws_tx.send(Message::Binary(bytes::Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-        let _ = ws_tx.send(Message::Close(None)).await;
-    };
-    // Either side ending ends the session (the node closing: the VM stopped or a newer session took over).
-    tokio::select! {
-        () = to_node => {}
-        () = to_client => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -307,24 +253,5 @@ mod tests {
         );
         h.insert(hyper::header::SEC_WEBSOCKET_PROTOCOL, "plain.kubevirt.io".parse().unwrap_or_else(|e| panic!("{e}")));
         assert_eq!(handshake(&h).ok(), Some(Handshake { accept: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into(), plain: true }));
-    }
-
-    #[tokio::test]
-    async fn the_bridge_carries_both_directions() {
-        let (client_side, server_side) = tokio::io::duplex(1 << 16);
-        let (node_side, mut node) = tokio::io::duplex(1 << 16);
-        let task = tokio::spawn(bridge(server_side, node_side));
-        let mut ws = WebSocketStream::from_raw_socket(client_side, Role::Client, None).await;
-        ws.send(Message::Binary(bytes::Bytes::from_static(b"hello\n"))).await.unwrap_or_else(|e| panic!("{e}"));
-        let mut buf = [0u8; 6];
-        node.read_exact(&mut buf).await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(&buf, b"hello\n");
-        node.write_all(b"RFB 003.008\n").await.unwrap_or_else(|e| panic!("{e}"));
-        let got = ws.next().await.and_then(Result::ok);
-        assert_eq!(got, Some(Message::Binary(bytes::Bytes::from_static(b"RFB 003.008\n"))));
-        drop(node);
-        let end = ws.next().await.and_then(Result::ok);
-        assert!(matches!(end, Some(Message::Close(_))), "{end:?}");
-        task.await.unwrap_or_else(|e| panic!("{e}"));
     }
 }

@@ -22,7 +22,6 @@ use kube::api::Api;
 use serde_json::json;
 use std::io::Write as _;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
@@ -243,36 +242,8 @@ pub async fn vnc(args: &VncArgs, client: kube::Client, namespace: &str) -> Resul
             Some(tokio::process::Command::new(bin).arg(target).spawn().map_err(|e| format!("error encountered: {e}"))?);
     }
     let accept = async {
-        let (mut conn, _) = listener.accept().await.map_err(|e| format!("error encountered: {e}"))?;
-        let (mut tx, mut rx) = ws.split();
-        let (mut read, mut write) = conn.split();
-        let up = async {
-            let mut buf = vec![0u8; 32 << 10];
-            loop {
-                match read.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if tx.send(Message::Binary(bytes::Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        };
-        let down = async {
-            while let Some(Ok(msg)) = rx.next().await {
-                let data = match msg {
-                    Message::Binary(b) => b,
-                    Message::Text(t) => bytes::Bytes::from(t.as_str().to_owned()),
-                    Message::Close(_) => break,
-                    _ => continue,
-                };
-                if write.write_all(&data).await.is_err() {
-                    break;
-                }
-            }
-        };
-        tokio::select! { () = up => {}, () = down => {} }
+        let (conn, _) = listener.accept().await.map_err(|e| format!("error encountered: {e}"))?;
+        controller_runtime::ws::bridge(ws, conn).await;
         Ok::<(), String>(())
     };
     let r = tokio::select! {
