@@ -163,10 +163,19 @@ impl fmt::Display for Bytes {
 }
 
 /// Whether a tool's stderr says an allocation failed (glib's `g_malloc`, `qemu_memalign`, or an `ENOMEM` error
-/// it reports).
+/// it reports). QEMU's `qemu_thread_create` failing with `EAGAIN` counts too: `pthread_create` says `EAGAIN`
+/// when it cannot map the new thread's stack, which is what an address space limit does to a process that has
+/// used it up (the tools run here have no thread-count limit of their own).
 fn out_of_memory(stderr: &str) -> bool {
     let s = stderr.to_ascii_lowercase();
-    ["cannot allocate memory", "failed to allocate", "out of memory"].iter().any(|m| s.contains(m))
+    [
+        "cannot allocate memory",
+        "failed to allocate",
+        "out of memory",
+        "qemu_thread_create: resource temporarily unavailable",
+    ]
+    .iter()
+    .any(|m| s.contains(m))
 }
 
 /// Why a run under `limits` that did not succeed was stopped, if a signal or a limit stopped it (else it failed
@@ -231,6 +240,18 @@ mod tests {
                  allocate 2097152 bytes at alignment 4096"
                     .into()
             )
+        );
+        assert_eq!(
+            msg(Some(6), "qemu: qemu_thread_create: Resource temporarily unavailable\n"),
+            Some(
+                "ran out of memory (address space limit 1 GiB), killed by signal 6 (SIGABRT): qemu: \
+                 qemu_thread_create: Resource temporarily unavailable"
+                    .into()
+            )
+        );
+        assert_eq!(
+            msg(Some(6), "qemu: Resource temporarily unavailable\n").map(|m| m.starts_with("was killed")),
+            Some(true)
         );
         assert_eq!(msg(None, "qemu-img: Could not open 'x': Invalid argument"), None);
         assert_eq!(Bytes(2 << 30).to_string(), "2 GiB");
