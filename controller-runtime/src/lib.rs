@@ -20,12 +20,14 @@
 //! * [`metrics`] — reconcile counters and durations per controller, an API-request counter;
 //! * [`leader`] — leader election on a `coordination.k8s.io` Lease;
 //! * [`events`] — best-effort Kubernetes events;
+//! * [`oserr`] — OS errors in Go's words;
 //! * [`policy`] — the error policy: fatal errors wait for a change, transient ones back off exponentially.
 
 #![deny(missing_docs)]
 
 pub mod binary;
 pub mod limits;
+pub mod oserr;
 pub mod tls;
 
 #[cfg(feature = "kube")]

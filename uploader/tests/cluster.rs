@@ -3,8 +3,8 @@
 //! `deploy/` with images built from this workspace's binaries (`cdi_test_support::deploy_cdi`):
 //!
 //! * the token API through the kube-apiserver's aggregation layer (kubectl create -f, RBAC decides);
-//! * our `virtctl image-upload` into Filesystem and Block DataVolumes (qcow2 and ISO), bytes checked against
-//!   `qemu-img convert`;
+//! * our `virtctl image-upload` and upstream's (v1.8.0, `tests/cluster/build-upstream-virtctl.sh`) into Filesystem
+//!   and Block DataVolumes (qcow2 and ISO), bytes checked against `qemu-img convert`;
 //! * upstream's proxy protocol by hand (status codes and messages of specs/cdi.md §4.2/§4.3);
 //! * 20 concurrent uploads through one proxy with its peak memory (cgroup) bounded.
 //!
@@ -218,16 +218,23 @@ async fn upload_token_requests_through_the_kube_apiserver() {
 async fn virtctl_uploads_qcow2_and_iso_into_filesystem_and_block_datavolumes() {
     let (cluster, client, ns, images) = setup("upload-virtctl").await;
     let proxy = proxy_url(&proxy_pod(&client, &images).await);
-    let virtctl = ok(kube_test_support::workspace_binary("virtctl"));
-    // (DataVolume, corpus file, volume mode)
-    let cases = [
+    let ours = ok(kube_test_support::workspace_binary("virtctl"));
+    let upstream =
+        ok(ok(tokio::task::spawn_blocking(kube_test_support::upstream_virtctl).await.map_err(|e| e.to_string())));
+    // (DataVolume, corpus file, volume mode, virtctl): the same four with ours and with upstream's (`up-…`).
+    let files = [
         ("qcow2-fs", "q2-v3.qcow2", "filesystem"),
         ("iso-fs", "base.iso", "filesystem"),
         ("qcow2-block", "q2-v3.qcow2", "block"),
         ("iso-block", "base.iso", "block"),
     ];
-    let runs = cases.map(|(name, file, mode)| {
-        let mut cmd = tokio::process::Command::new(&virtctl);
+    let cases: Vec<(String, &str, &str, &Path)> = files
+        .iter()
+        .map(|&(n, f, m)| (n.to_owned(), f, m, ours.as_path()))
+        .chain(files.iter().map(|&(n, f, m)| (format!("up-{n}"), f, m, upstream.as_path())))
+        .collect();
+    let runs = cases.iter().map(|(name, file, mode, virtctl)| {
+        let mut cmd = tokio::process::Command::new(virtctl);
         cmd.args(["image-upload", "dv", name, "--size", "64Mi", "--volume-mode", mode, "--insecure", "-n", ns.name()])
             .arg("--image-path")
             .arg(corpus(file))
@@ -237,7 +244,7 @@ async fn virtctl_uploads_qcow2_and_iso_into_filesystem_and_block_datavolumes() {
             .arg(cluster.kubeconfig())
             .args(["--wait-secs", "180"])
             .kill_on_drop(true);
-        async move { (name, cmd.output().await) }
+        async move { (name.clone(), cmd.output().await) }
     });
     // Meanwhile, record the DataVolumes' progress as the controller reports it (scraped from the upload server's
     // /metrics): it must never go backwards.
@@ -267,13 +274,15 @@ async fn virtctl_uploads_qcow2_and_iso_into_filesystem_and_block_datavolumes() {
         let out = ok(out);
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "virtctl {name}: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
-        // It created the DV, found the async path (HEAD upload-async → 200) and waited for the end.
+        // It created the DV, uploaded and waited for the end, in upstream's words.
         assert!(stdout.contains(&format!("DataVolume {}/{name} created", ns.name())), "{name}: {stdout}");
-        assert!(stdout.contains(&format!("Uploading data to {proxy}/v1beta1/upload-async")), "{name}: {stdout}");
+        assert!(stdout.contains(&format!("Uploading data to {proxy}\n")), "{name}: {stdout}");
         assert!(stdout.contains("Processing completed successfully"), "{name}: {stdout}");
+        assert!(stdout.contains(" completed successfully\n"), "{name}: {stdout}");
     }
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns.name());
-    for (name, file, mode) in cases {
+    for (name, file, mode, _) in &cases {
+        let (name, file, mode) = (name.as_str(), *file, *mode);
         let dv = wait_phase(&dvs, name, DataVolumePhase::Succeeded, Duration::from_secs(60)).await;
         assert_eq!(dv.status.as_ref().and_then(|s| s.progress.as_deref()), Some("100.0%"), "{name}");
         let pvc = ok(pvcs.get(name).await);
@@ -292,20 +301,26 @@ async fn virtctl_uploads_qcow2_and_iso_into_filesystem_and_block_datavolumes() {
         let pct: Vec<f64> = values.iter().filter_map(|v| v.strip_suffix('%')?.parse().ok()).collect();
         assert!(pct.windows(2).all(|w| w[0] <= w[1]), "{name}: progress went backwards: {values:?}");
     }
-    // A second upload into a finished DataVolume is refused by virtctl itself.
-    let again = ok(tokio::process::Command::new(&virtctl)
-        .args(["image-upload", "dv", "iso-fs", "--size", "64Mi", "--insecure", "-n", ns.name()])
-        .arg("--image-path")
-        .arg(corpus("base.iso"))
-        .arg("--uploadproxy-url")
-        .arg(&proxy)
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .output()
-        .await);
-    assert_eq!(again.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&again.stderr);
-    assert!(err.contains("already successfully imported/cloned/updated"), "{err}");
+    // A second upload into a finished DataVolume is refused by either virtctl itself.
+    for (virtctl, dv) in [(&ours, "iso-fs"), (&upstream, "up-iso-fs")] {
+        let again = ok(tokio::process::Command::new(virtctl)
+            .args(["image-upload", "dv", dv, "--size", "64Mi", "--insecure", "-n", ns.name()])
+            .arg("--image-path")
+            .arg(corpus("base.iso"))
+            .arg("--uploadproxy-url")
+            .arg(&proxy)
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig())
+            .output()
+            .await);
+        assert_eq!(again.status.code(), Some(1), "{}", virtctl.display());
+        let err = String::from_utf8_lossy(&again.stderr);
+        // (upstream's text for a populator DataVolume's bound claim is "already successfully populated")
+        let refused = ["imported/cloned/updated", "populated"]
+            .iter()
+            .any(|w| err.contains(&format!("PVC {dv} already successfully {w}")));
+        assert!(refused, "{}: {err}", virtctl.display());
+    }
     ok(ns.delete().await);
 }
 

@@ -16,6 +16,8 @@
 //! * [`webhook`] — AdmissionReview in, AdmissionReview out (no HTTP);
 //! * [`server`] — the HTTPS server (`controller_runtime::tls`);
 //! * [`subresources`] — the aggregated API `virtctl` calls; [`lifecycle`] — start/stop/restart as pure plans;
+//! * [`vmi_ops`] — console, VNC, pause and unpause through the node agent ([`node`]); [`portforward`] — tunnels to
+//!   the guest's ports;
 //! * [`lookup`] — what the VM validator reads from the API server (the instancetype and preference);
 //! * [`config`] — the cluster settings (upstream's `KubeVirt` configuration) and the requester; [`settings`] — the
 //!   binary's environment;
@@ -34,6 +36,7 @@ pub mod lifecycle;
 pub mod lookup;
 pub mod node;
 pub mod pki;
+pub mod portforward;
 pub mod quantity;
 pub mod server;
 pub mod settings;

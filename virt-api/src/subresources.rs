@@ -10,6 +10,8 @@
 //!        ─► read the VM and its VMI ─► lifecycle::plan (pure) ─► JSON patches (VMI, VM, VM status) ─► 202
 //!   GET  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/console|vnc   websocket ─► vmi_ops ─► node agent
 //!   PUT  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/pause|unpause ─► vmi_ops ─► node agent ─► 200
+//!   GET  …/{v}/namespaces/{ns}/virtualmachine[instance]s/{name}/portforward/{port}[/{protocol}]
+//!        websocket ─► portforward ─► the guest's address over the pod network
 //!   GET guestosinfo|userlist|filesystemlist, PUT freeze|unfreeze: upstream's 409 without a guest agent
 //!   other subresources (migrate, addvolume, …): 501 with the subresource's name
 //! ```
@@ -32,6 +34,7 @@ use serde_json::{Value, json};
 
 use crate::lifecycle::{self, Lifecycle, Options, Patch, Refusal};
 use crate::node::NodeClient;
+use crate::portforward;
 use crate::server::respond;
 use crate::vmi_ops;
 
@@ -85,6 +88,19 @@ pub enum Route {
         /// What to do.
         command: Command,
     },
+    /// `portforward/{port}[/{protocol}]` of a VMI, or of a VM's VMI.
+    PortForward {
+        /// Namespace.
+        namespace: String,
+        /// VMI or VM name.
+        name: String,
+        /// Whether `name` is a VM (`virtualmachines/…/portforward`).
+        vm: bool,
+        /// The path's port, as given (checked when dialling, as upstream).
+        port: String,
+        /// The path's protocol (`None`: TCP).
+        protocol: Option<String>,
+    },
     /// A guest agent subresource (`vmi_ops::GUEST_AGENT_SUBRESOURCES`): refused with upstream's texts.
     GuestAgent {
         /// Namespace.
@@ -135,6 +151,27 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
                     Route::Vmi { namespace: (*ns).to_owned(), name: (*name).to_owned(), command }
                 }
                 _ => Route::MethodNotAllowed,
+            }
+        }
+        [
+            v,
+            "namespaces",
+            ns,
+            resource @ ("virtualmachines" | "virtualmachineinstances"),
+            name,
+            "portforward",
+            port,
+            protocol @ ..,
+        ] if known(v) && protocol.len() <= 1 => {
+            if !get {
+                return Route::MethodNotAllowed;
+            }
+            Route::PortForward {
+                namespace: (*ns).to_owned(),
+                name: (*name).to_owned(),
+                vm: *resource == "virtualmachines",
+                port: (*port).to_owned(),
+                protocol: protocol.first().map(|p| (*p).to_owned()),
             }
         }
         [v, "namespaces", ns, "virtualmachineinstances", name, sub]
@@ -190,6 +227,7 @@ pub fn resources_json(version: &str) -> Value {
         ("vnc", json!(["get"])),
         ("pause", json!(["update"])),
         ("unpause", json!(["update"])),
+        ("portforward", json!(["get"])),
     ] {
         resources
             .push(json!({"name": format!("virtualmachineinstances/{name}"), "singularName": "", "namespaced": true,
@@ -242,6 +280,16 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
                 Ok(response) => {
                     tracing::info!(user = who.user, vmi = %format!("{namespace}/{name}"), command = command.name(),
                         "VMI subresource");
+                    response
+                }
+                Err(a) => a.response(),
+            }
+        }
+        Route::PortForward { namespace, name, vm, port, protocol } => {
+            match port_forward(req, &s.client, &namespace, &name, vm, &port, protocol.as_deref()).await {
+                Ok(response) => {
+                    tracing::info!(user = who.user, target = %format!("{namespace}/{name}"), vm, port,
+                        "port forward");
                     response
                 }
                 Err(a) => a.response(),
@@ -307,8 +355,55 @@ async fn vmi_request(
         return Ok(respond(StatusCode::OK, "application/json", ""));
     };
     let stream = nodes.stream(&node, command, ns, name).await?;
+    switch_to_websocket(req, &handshake, stream, format!("{ns}/{name} {}", command.name()))
+}
+
+/// `portforward`: the VMI (of the VM's name, when `vm`), upstream's checks, the dial, then the websocket.
+async fn port_forward(
+    req: Request<Incoming>,
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    vm: bool,
+    port: &str,
+    protocol: Option<&str>,
+) -> Result<Response<Full<Bytes>>, Answer> {
+    let handshake = vmi_ops::handshake(req.headers())?;
+    let protocol = portforward::Protocol::parse(protocol)?;
+    let owner = if vm {
+        let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+        let vm = vms
+            .get_opt(name)
+            .await
+            .map_err(Answer::Kube)?
+            .ok_or_else(|| Answer::Refused(Refusal::vm_not_found(name)))?;
+        portforward::check_vm(&vm)?;
+        Some(vm)
+    } else {
+        None
+    };
+    let vmi = read_vmi(client, ns, name).await?;
+    if let Some(vm) = &owner {
+        portforward::check_owner(vm, &vmi)?;
+    }
+    portforward::check(&vmi)?;
+    let addr = portforward::target(&vmi, port, protocol)?;
+    let tunnel = portforward::dial(addr, protocol).await?;
+    switch_to_websocket(req, &handshake, tunnel, format!("{ns}/{name} portforward {}/{port}", protocol.as_str()))
+}
+
+/// Answers the client's websocket handshake with the 101 and, once hyper has switched the connection, bridges
+/// the websocket to `stream` (`what` names it in the log).
+fn switch_to_websocket<R>(
+    req: Request<Incoming>,
+    handshake: &vmi_ops::Handshake,
+    stream: R,
+    what: String,
+) -> Result<Response<Full<Bytes>>, Answer>
+where
+    R: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let on_upgrade = hyper::upgrade::on(req);
-    let what = format!("{ns}/{name} {}", command.name());
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
@@ -456,6 +551,34 @@ mod tests {
             route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/freeze"), None),
             Route::MethodNotAllowed
         );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/portforward/80"), None),
+            Route::PortForward {
+                namespace: "ns".into(),
+                name: "vm1".into(),
+                vm: false,
+                port: "80".into(),
+                protocol: None
+            }
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/portforward/53/udp"), None),
+            Route::PortForward {
+                namespace: "ns".into(),
+                name: "vm1".into(),
+                vm: true,
+                port: "53".into(),
+                protocol: Some("udp".into())
+            }
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/portforward/53"), None),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/portforward/53/udp/x"), None),
+            Route::NotImplemented("virtualmachines/portforward/53/udp/x".into())
+        );
         assert_eq!(route(&Method::GET, "/apis/kubevirt.io/v1", None), Route::NotFound);
     }
 
@@ -474,6 +597,7 @@ mod tests {
                 "virtualmachineinstances/vnc",
                 "virtualmachineinstances/pause",
                 "virtualmachineinstances/unpause",
+                "virtualmachineinstances/portforward",
                 "version",
                 "healthz"
             ]

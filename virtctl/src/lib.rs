@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod expose;
+pub mod portforward;
 pub mod vm;
 pub mod vmi;
 
@@ -447,7 +448,8 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
     let head = http.head(format!("{proxy}/v1beta1/upload-async")).bearer_auth(&token).send().await;
     let path = upload_path(head.as_ref().ok().map(|r| r.status().as_u16()));
     let url = format!("{proxy}{path}");
-    println!("Uploading data to {url}");
+    // Upstream names the proxy, not the path it chose.
+    println!("Uploading data to {proxy}");
 
     let mut attempt = 0u32;
     loop {
@@ -485,6 +487,7 @@ pub async fn image_upload(args: &ImageUploadArgs, client: kube::Client, namespac
         sleep_or_timeout(deadline, "processing to complete").await?;
     }
     println!("Processing completed successfully");
+    println!("Uploading {} completed successfully", plan.path.display());
     Ok(())
 }
 

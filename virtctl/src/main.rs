@@ -1,5 +1,5 @@
 //! `virtctl`: the subset of KubeVirt's CLI this project provides — `image-upload`, `start`, `stop`, `restart`,
-//! `console`, `vnc`, `pause`, `unpause`, `expose`.
+//! `console`, `vnc`, `pause`, `unpause`, `expose`, `port-forward`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,8 @@ use virtctl::vmi;
 #[command(
     name = "virtctl",
     version,
-    about = "KubeVirt command line client (image-upload, start, stop, restart, console, vnc, pause, unpause, expose)"
+    about = "KubeVirt command line client (image-upload, start, stop, restart, console, vnc, pause, unpause, expose, \
+             port-forward)"
 )]
 struct Cli {
     /// Namespace (default: the kubeconfig context's).
@@ -45,6 +46,8 @@ enum Cmd {
     Unpause(vmi::PauseArgs),
     /// Expose a virtual machine instance, virtual machine, or virtual machine instance replica set as a new service.
     Expose(virtctl::expose::ExposeArgs),
+    /// Forward local ports to a virtualmachine or virtualmachineinstance.
+    PortForward(virtctl::portforward::PortForwardArgs),
 }
 
 async fn client(namespace: Option<String>, kubeconfig: Option<PathBuf>) -> anyhow::Result<(kube::Client, String)> {
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Cmd::Console(a) => Run::Console(a),
         Cmd::Vnc(a) => Run::Vnc(a),
         Cmd::Expose(a) => Run::Expose(a),
+        Cmd::PortForward(a) => Run::PortForward(a),
     };
     // Upstream's output and exit code: the result line on stdout, or its error text on stderr and exit 1.
     let mut failed = false;
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
             Run::Console(args) => vmi::console(args, c, &ns).await.map(|()| None),
             Run::Vnc(args) => vmi::vnc(args, c, &ns).await.map(|()| None),
             Run::Expose(args) => virtctl::expose::expose(args, c, &ns).await.map(Some),
+            Run::PortForward(args) => virtctl::portforward::port_forward(args, c, &ns).await.map(|()| None),
         };
         match result {
             Ok(Some(line)) => println!("{line}"),
@@ -110,4 +115,5 @@ enum Run {
     Console(vmi::ConsoleArgs),
     Vnc(vmi::VncArgs),
     Expose(virtctl::expose::ExposeArgs),
+    PortForward(virtctl::portforward::PortForwardArgs),
 }

@@ -51,7 +51,13 @@ impl std::fmt::Display for OpenError {
 
 /// The path of VMI `name`'s subresource `sub` in `namespace`.
 pub fn path(namespace: &str, name: &str, sub: &str) -> String {
-    format!("/apis/{SUBRESOURCES_GROUP}/{VERSION}/namespaces/{namespace}/virtualmachineinstances/{name}/{sub}")
+    resource_path(false, namespace, name, sub)
+}
+
+/// The path of subresource `sub` of VM (`vm`) or VMI `name` in `namespace`.
+pub fn resource_path(vm: bool, namespace: &str, name: &str, sub: &str) -> String {
+    let resource = if vm { "virtualmachines" } else { "virtualmachineinstances" };
+    format!("/apis/{SUBRESOURCES_GROUP}/{VERSION}/namespaces/{namespace}/{resource}/{name}/{sub}")
 }
 
 /// Opens the websocket of `path_and_query` through the API server (subprotocol `plain.kubevirt.io`).
@@ -142,36 +148,43 @@ pub async fn console(args: &ConsoleArgs, client: kube::Client, namespace: &str) 
     };
     let _raw = RawTerminal::enter();
     eprintln!("Successfully connected to {} console. Press Ctrl+] or Ctrl+5 to exit console.", args.name);
+    stdio_session(ws, Some(ESCAPE), |e| {
+        format!(
+            "\nYou were disconnected from the console. This could be caused by one of the following:\n - the target VM was powered off\n - another user connected to the console of the target VM\n - network issues\n{e}"
+        )
+    })
+    .await
+}
+
+/// Joins `ws` to this process's stdin and stdout until either ends or Ctrl+C: stdin's reads go out as binary
+/// messages (a read that starts with `escape` ends the session, as upstream's console), the messages' payloads
+/// go to stdout. `Err` is `disconnected`'s text of a broken websocket.
+pub async fn stdio_session(ws: Stream, escape: Option<u8>, disconnected: fn(&str) -> String) -> Result<(), String> {
     let (mut tx, mut rx) = ws.split();
     let mut stdin = stdin_chunks();
     let input = async {
-        // Upstream: a read that starts with the escape byte, or the end of stdin, ends the console.
+        // Upstream: the end of stdin ends the session.
         while let Some(chunk) = stdin.recv().await {
-            if chunk.first() == Some(&ESCAPE) || tx.send(Message::Binary(chunk)).await.is_err() {
+            if (escape.is_some() && chunk.first() == escape.as_ref()) || tx.send(Message::Binary(chunk)).await.is_err()
+            {
                 break;
             }
         }
+        let _ = tx.send(Message::Close(None)).await;
         Ok::<(), String>(())
     };
     let output = async {
         let mut stdout = std::io::stdout();
         while let Some(msg) = rx.next().await {
-            match msg {
-                Ok(Message::Binary(b)) => {
-                    let _ = stdout.write_all(&b);
-                    let _ = stdout.flush();
-                }
-                Ok(Message::Text(t)) => {
-                    let _ = stdout.write_all(t.as_bytes());
-                    let _ = stdout.flush();
-                }
+            let data = match msg {
+                Ok(Message::Binary(b)) => b,
+                Ok(Message::Text(t)) => bytes::Bytes::from(t.as_str().to_owned()),
                 Ok(Message::Close(_)) => return Ok(()),
-                Ok(_) => {}
-                Err(e) => {
-                    return Err(format!(
-                        "\nYou were disconnected from the console. This could be caused by one of the following:\n - the target VM was powered off\n - another user connected to the console of the target VM\n - network issues\n{e}"
-                    ));
-                }
+                Ok(_) => continue,
+                Err(e) => return Err(disconnected(&e.to_string())),
+            };
+            if stdout.write_all(&data).and_then(|()| stdout.flush()).is_err() {
+                return Ok(());
             }
         }
         Ok(())

@@ -1,5 +1,5 @@
 //! The VMI subresources virt-api carries out through the node agent (issue 14): `console`, `vnc`, `pause`,
-//! `unpause`, each with upstream's `virtctl` v1.8.0 and ours on the same running guest, through the real
+//! `unpause`, `port-forward`, `expose`, each with upstream's `virtctl` v1.8.0 and ours on the same running guest, through the real
 //! kube-apiserver's aggregation layer, virt-api and the node agent's mutual-TLS API.
 //!
 //! Needs the test cluster and the installed stack (masquerade default); run with `--ignored --test-threads=1`.
@@ -265,6 +265,87 @@ fn curl_node_api(url: &str, extra: &[&str]) -> Result<(i32, String)> {
     Ok((out.status.code().unwrap_or(-1), text))
 }
 
+/// A running `virtctl port-forward`, killed when dropped.
+struct Forward(Child);
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `virtctl port-forward --stdio TARGET PORT` with `request` on stdin, which stays open until stdout ends
+/// (upstream ends the tunnel when stdin ends): (exit code, stdout, stderr).
+fn port_forward_stdio(
+    env: &VmiEnv,
+    bin: &Path,
+    target: &str,
+    port: &str,
+    request: &str,
+) -> Result<(i32, String, String)> {
+    let mut child = virtctl_command(env, bin, &["port-forward", "--stdio", target, port])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(Error::io("virtctl port-forward --stdio"))?;
+    let mut stdin = child.stdin.take().ok_or_else(|| err("no stdin"))?;
+    stdin.write_all(request.as_bytes()).map_err(Error::io("virtctl stdin"))?;
+    let (mut stdout, mut stderr) =
+        (child.stdout.take().ok_or_else(|| err("no stdout"))?, child.stderr.take().ok_or_else(|| err("no stderr"))?);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut out, mut text) = (Vec::new(), String::new());
+        let _ = stdout.read_to_end(&mut out);
+        let _ = stderr.read_to_string(&mut text);
+        let _ = tx.send((out, text));
+    });
+    let got = rx.recv_timeout(Duration::from_secs(90));
+    drop(stdin);
+    if got.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(Error::io("virtctl port-forward --stdio"))?;
+    let (out, text) = got.map_err(|_| err(format!("{}: port-forward --stdio did not end", bin.display())))?;
+    Ok((status.code().unwrap_or(-1), String::from_utf8_lossy(&out).into_owned(), text))
+}
+
+/// `port-forward`: upstream's virtctl (a VMI, the namespace from `-n`) and ours (the VM, the namespace in the
+/// target) forward a local port to the guest's HTTP server; `--stdio` carries one HTTP exchange; a port the
+/// guest does not listen on is upstream's "dialing VM" error.
+async fn port_forward_checks(env: &VmiEnv, upstream: &Path, ours: &Path) -> Result<()> {
+    let ns = env.ns.name().to_owned();
+    let ours_target = format!("vm/{VM}/{ns}");
+    for (bin, target, local) in [(upstream, format!("vmi/{VM}"), 18481), (ours, ours_target.clone(), 18482)] {
+        let child = virtctl_command(env, bin, &["port-forward", &target, &format!("{local}:80")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(Error::io("virtctl port-forward"))?;
+        let _forward = Forward(child);
+        let page = stack_support::vmi::http_get_url(&format!("http://127.0.0.1:{local}/")).await?;
+        assert!(page.contains(MARKER), "{}: {page}", bin.display());
+        // A second connection through the same forward gets its own tunnel.
+        let again = stack_support::vmi::http_get_url(&format!("http://127.0.0.1:{local}/")).await?;
+        assert!(again.contains(MARKER), "{}: {again}", bin.display());
+    }
+    for (bin, target) in [(upstream, format!("vmi/{VM}")), (ours, ours_target.clone())] {
+        let (code, out, text) = port_forward_stdio(env, bin, &target, "80", "GET / HTTP/1.0\r\n\r\n")?;
+        assert!(out.starts_with("HTTP/1.") && out.contains(MARKER), "{}: {code} {out} {text}", bin.display());
+        let (code, out, text) = port_forward_stdio(env, bin, &target, "81", "")?;
+        assert_eq!(code, 1, "{}: {out} {text}", bin.display());
+        assert!(text.contains("dialing VM: dial tcp") && text.contains(":81"), "{}: {text}", bin.display());
+    }
+    let (code, out) = virtctl(env, ours, &["port-forward", "--stdio", "vm/no-such-vm", "80"])?;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("virtualmachine.kubevirt.io \"no-such-vm\" not found"), "{out}");
+    let (code, out) = virtctl(env, ours, &["port-forward", "pod/x", "80"])?;
+    assert_eq!((code, out.trim()), (1, "unsupported resource type 'pod'"));
+    Ok(())
+}
+
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up) and the stack (tests/cluster/install-stack)"]
 async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Result<()> {
@@ -375,6 +456,8 @@ async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Resul
         let page = stack_support::vmi::http_get(&ip).await?;
         assert!(page.contains(MARKER), "{svc}: {page}");
     }
+    port_forward_checks(&env, &upstream, &ours).await?;
+
     let (code, out) = virtctl(&env, &ours, &["expose", "vmi", "no-such-vmi", "--name", "x", "--port", "80"])?;
     assert_eq!(code, 1, "{out}");
     assert!(

@@ -324,6 +324,13 @@ pub fn push_image_from_binaries(name_tag: &str, binaries: &[&Path]) -> Result<St
     run_image_script(&cluster_script_dir().join("image-from-binaries"), &args, name_tag)
 }
 
+/// Upstream KubeVirt's own `virtctl`, built from the Go module proxy into the cache when missing
+/// (`tests/cluster/build-upstream-virtctl.sh`).
+pub fn upstream_virtctl() -> Result<PathBuf> {
+    run_image_script(&cluster_script_dir().join("build-upstream-virtctl.sh"), &[], "upstream virtctl")
+        .map(PathBuf::from)
+}
+
 /// Runs an image-building script with `args` and returns its trimmed stdout (the image reference or directory
 /// it prints); a failure is [`Error::Image`] for `what`, with the script's stderr.
 pub fn run_image_script(script: &Path, args: &[&OsStr], what: &str) -> Result<String> {

@@ -220,11 +220,7 @@ pub fn guest_dir() -> Result<PathBuf> {
     run_script(&repo_root().join("tests/guest/build.sh"), &[], "test guest").map(PathBuf::from)
 }
 
-/// Upstream KubeVirt's own `virtctl`, built from the Go module proxy into the cache when missing
-/// (`tests/cluster/build-upstream-virtctl.sh`).
-pub fn upstream_virtctl() -> Result<PathBuf> {
-    run_script(&repo_root().join("tests/cluster/build-upstream-virtctl.sh"), &[], "upstream virtctl").map(PathBuf::from)
-}
+pub use kube_test_support::upstream_virtctl;
 
 static CONTAINERDISK: OnceLock<Mutex<Option<Result<String, String>>>> = OnceLock::new();
 

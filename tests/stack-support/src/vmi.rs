@@ -84,9 +84,13 @@ pub fn vmi_ip(vmi: &VirtualMachineInstance) -> String {
 
 /// GET `http://<ip>/` from the host (the pod network is reachable from the node), retried for a minute.
 pub async fn http_get(ip: &str) -> Result<String> {
-    let url = format!("http://{ip}:80/");
+    http_get_url(&format!("http://{ip}:80/")).await
+}
+
+/// The page at `url`, retried for up to a minute until it answers 2xx.
+pub async fn http_get_url(url: &str) -> Result<String> {
     poll_until(&format!("{url} to answer"), Duration::from_secs(60), || async {
-        let out = tokio::process::Command::new("curl").args(["-fsS", "--max-time", "3", &url]).output().await.ok()?;
+        let out = tokio::process::Command::new("curl").args(["-fsS", "--max-time", "3", url]).output().await.ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     })
     .await
