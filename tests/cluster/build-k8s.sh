@@ -22,7 +22,10 @@ flock 9   # two concurrent `up`s must not build into the same directory
 log() { printf '[build-k8s %s] %s\n' "$(date +%T)" "$*"; }
 
 # ---- Kubernetes ---------------------------------------------------------------------------------------------------
-if [ -f "$K8S_BIN_DIR/.complete" ]; then
+# Each command is built once into the cache; adding one to K8S_COMMANDS builds only that one.
+MISSING=""
+for c in $K8S_COMMANDS; do [ -x "$K8S_BIN_DIR/$c" ] || MISSING="$MISSING $c"; done
+if [ -z "$MISSING" ]; then
   log "kubernetes v$K8S_VERSION cached in $K8S_BIN_DIR"
 else
   WORK=$KV_CACHE/k8s-src/v$K8S_VERSION
@@ -50,14 +53,13 @@ else
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     LD="$LD -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean"
   done
-  for c in $K8S_COMMANDS; do
+  for c in $MISSING; do
     log "go build $c"
     nice -n 5 go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$LD" -o "$K8S_BIN_DIR/$c.tmp" \
       "k8s.io/kubernetes/cmd/$c"
     mv "$K8S_BIN_DIR/$c.tmp" "$K8S_BIN_DIR/$c"
   done
-  touch "$K8S_BIN_DIR/.complete"
-  log "kubernetes v$K8S_VERSION built"
+  log "kubernetes v$K8S_VERSION built:$MISSING"
 fi
 
 # ---- etcd ---------------------------------------------------------------------------------------------------------

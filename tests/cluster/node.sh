@@ -13,7 +13,9 @@ BRIDGE=kvtest0
 NAT_CHAIN=KVTEST-PREROUTING
 STORAGE_DIR=$T/storage
 CTD=$T/containerd
-NODE_DAEMONS="registry containerd kubelet local-provisioner"
+KUBE_PROXY_HEALTHZ_PORT=${KV_KUBE_PROXY_HEALTHZ_PORT:-30256}
+KUBE_PROXY_METRICS_PORT=${KV_KUBE_PROXY_METRICS_PORT:-30249}
+NODE_DAEMONS="registry containerd kubelet kube-proxy local-provisioner"
 
 # The provisioner is a Rust binary of this workspace (tests/kube-support).
 PROVISIONER_BIN=${CARGO_TARGET_DIR:-$HOME/.cache/kubevirt-rs/target}/debug/local-provisioner
@@ -26,7 +28,8 @@ node_build() {
 # Pods live in their own network namespaces on bridge $BRIDGE, but everything on this machine listens on
 # 127.0.0.1 only. Two NAT rules (only for traffic entering from the bridge) make the host's loopback services
 # reachable from pods: $POD_GATEWAY:<port> -> 127.0.0.1:<port>, and the `kubernetes` Service IP
-# ($KUBERNETES_SERVICE_IP:443) -> the apiserver, so in-cluster clients work without kube-proxy.
+# ($KUBERNETES_SERVICE_IP:443) -> the apiserver (it listens on loopback, so that Service has no endpoints for
+# kube-proxy to route to).
 setup_pod_network() {
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$POD_GATEWAY/24" dev "$BRIDGE"
@@ -162,6 +165,26 @@ nodeStatusReportFrequency: 10s
 YAML
 }
 
+# kube-proxy (iptables mode) routes Service IPs and NodePorts to their endpoints, as on a real node. Every Service
+# connection is masqueraded: the bridge's pods then answer through the node, whatever the bridge netfilter
+# settings of the machine. The node keeps its loopback NodePorts (127.0.0.1:<nodePort>) reachable from the host.
+write_kube_proxy_config() {
+  write_kubeconfig "$T/kube-proxy.kubeconfig" kube-proxy
+  cat >"$T/kube-proxy-config.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $T/kube-proxy.kubeconfig}
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_CIDR
+iptables: {masqueradeAll: true, localhostNodePorts: true}
+healthzBindAddress: 127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT
+metricsBindAddress: 127.0.0.1:$KUBE_PROXY_METRICS_PORT
+# Leave the machine's conntrack sysctls alone.
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+YAML
+}
+
 node_up() {
   start_registry || return 1
   push_images || return 1
@@ -176,13 +199,16 @@ node_up() {
   log "waiting for node $NODE_NAME to be Ready"
   wait_for node 90 node_healthy || return 1
   log "node $NODE_NAME Ready"
+  write_kube_proxy_config
+  start_bg kube-proxy "$K8S_BIN_DIR/kube-proxy" --config="$T/kube-proxy-config.yaml" --v=2
+  wait_for kube-proxy 60 curl -fsS "http://127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT/healthz" || return 1
   mkdir -p "$STORAGE_DIR"
   start_bg local-provisioner "$PROVISIONER_BIN" --kubeconfig="$T/node-agent.kubeconfig" --storage-dir="$STORAGE_DIR"
   apply_storage_classes
 }
 
 node_down() {
-  stop_pids local-provisioner kubelet
+  stop_pids local-provisioner kube-proxy kubelet
   # Pod sandboxes/containers are children of containerd shims; stop them through containerd before containerd.
   if pid_alive containerd; then
     local c="ctr -a $CTD/containerd.sock -n k8s.io"
@@ -207,5 +233,7 @@ node_cleanup() {
     losetup -d "$dev" 2>/dev/null || true
   done
   for m in $(awk -v t="$T" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
+  # kube-proxy's own chains (KUBE-*) go with the cluster.
+  [ -x "$K8S_BIN_DIR/kube-proxy" ] && "$K8S_BIN_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || true
   teardown_pod_network
 }

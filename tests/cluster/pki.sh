@@ -27,6 +27,7 @@ gen_pki() {
     leaf ca admin "/O=system:masters/CN=kubernetes-admin" clientAuth
     leaf ca kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
     leaf ca kube-scheduler "/CN=system:kube-scheduler" clientAuth
+    leaf ca kube-proxy "/CN=system:kube-proxy" clientAuth
     leaf ca apiserver-kubelet-client "/O=kubeadm:cluster-admins/CN=kube-apiserver-kubelet-client" clientAuth
     leaf ca node-agent "/O=system:masters/CN=kubevirt-rs-node-agent" clientAuth
     leaf front-proxy-ca front-proxy-client "/CN=front-proxy-client" clientAuth

@@ -3,8 +3,8 @@
 # Kubernetes 1.33 matches k8s-openapi's `v1_33` feature; the preinstalled kubectl (1.32) is within the skew policy.
 K8S_VERSION=${K8S_VERSION:-1.33.13}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
-# kubelet is built from the same module as the control plane.
-K8S_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet"
+# kubelet and kube-proxy are built from the same module as the control plane.
+K8S_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
 KV_CACHE=${KV_CACHE:-$HOME/.cache/kubevirt-rs}
 K8S_BIN_DIR=$KV_CACHE/k8s-bin/v$K8S_VERSION
 ETCD_BIN_DIR=$KV_CACHE/etcd-bin/v$ETCD_VERSION

@@ -1,6 +1,7 @@
 //! The VMI subresources virt-api carries out through the node agent (issue 14): `console`, `vnc`, `pause`,
-//! `unpause`, `port-forward`, `expose`, each with upstream's `virtctl` v1.8.0 and ours on the same running guest, through the real
-//! kube-apiserver's aggregation layer, virt-api and the node agent's mutual-TLS API.
+//! `unpause`, `port-forward`, `expose` (the Service reached through kube-proxy), each with upstream's `virtctl`
+//! v1.8.0 and ours on the same running guest, through the real kube-apiserver's aggregation layer, virt-api and
+//! the node agent's mutual-TLS API.
 //!
 //! Needs the test cluster and the installed stack (masquerade default); run with `--ignored --test-threads=1`.
 
@@ -29,6 +30,25 @@ const VM: &str = "vm-attach";
 
 fn err(message: impl Into<String>) -> Error {
     Error::ClusterUp(message.into())
+}
+
+/// A busybox pod in the test namespace to run clients in (`kubectl exec`); its name once Ready.
+async fn http_client_pod(env: &VmiEnv) -> Result<String> {
+    let name = "http-client";
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  \
+         containers:\n  - {{name: client, image: \"{}\", command: [sleep, \"3600\"]}}\n",
+        kube_test_support::test_image("busybox")
+    );
+    env.kubectl_manifest("create", &yaml)?;
+    poll_object(&env.pods(), name, Duration::from_secs(90), |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+    .await?;
+    Ok(name.to_owned())
 }
 
 fn virtctl_command(env: &VmiEnv, bin: &Path, args: &[&str]) -> Command {
@@ -423,8 +443,9 @@ async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Resul
     assert!(!denied.status.success() && text.contains("Forbidden"), "viewer: {text}");
 
     // expose: both virtctls create a Service selecting the launcher pod (vmi.kubevirt.io/id); its endpoints are
-    // the pod's, and the guest's HTTP server answers there. (The test cluster has no kube-proxy: the ClusterIP
-    // itself is not routed, so the endpoint is what is dialled.)
+    // the pod's. A client pod reaches the guest's HTTP server through the Service's ClusterIP (the node's
+    // kube-proxy), and the NodePort answers on the node.
+    let client = http_client_pod(&env).await?;
     for (bin, kind, svc, svc_type) in
         [(&upstream, "vmi", "svc-upstream", "ClusterIP"), (&ours, "vm", "svc-ours", "NodePort")]
     {
@@ -438,7 +459,7 @@ async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Resul
         );
         let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(env.client.clone(), &ns);
         let spec = services.get(svc).await?.spec.unwrap_or_default();
-        let selector = spec.selector.unwrap_or_default();
+        let selector = spec.selector.clone().unwrap_or_default();
         assert_eq!(selector.get("vmi.kubevirt.io/id").map(String::as_str), Some(VM), "{svc}");
         assert_eq!(spec.type_.as_deref(), Some(svc_type), "{svc}");
         let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::namespaced(env.client.clone(), &ns);
@@ -453,8 +474,19 @@ async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Resul
         .await?;
         let launcher = env.pods().get(&pod).await?;
         assert_eq!(launcher.status.and_then(|s| s.pod_ip).as_deref(), Some(ip.as_str()), "{svc}");
-        let page = stack_support::vmi::http_get(&ip).await?;
-        assert!(page.contains(MARKER), "{svc}: {page}");
+        let cluster_ip =
+            spec.cluster_ip.clone().filter(|ip| ip != "None").ok_or_else(|| err(format!("{svc}: no ClusterIP")))?;
+        let url = format!("http://{cluster_ip}:8080/");
+        let page = poll_until(&format!("{url} from pod {client}"), Duration::from_secs(60), || async {
+            env.kubectl(&["exec", &client, "--", "timeout", "3", "wget", "-qO-", &url]).ok()
+        })
+        .await?;
+        assert!(page.contains(MARKER), "{svc} through {url}: {page}");
+        if svc_type == "NodePort" {
+            let node_port = spec.ports.iter().flatten().find_map(|p| p.node_port).ok_or_else(|| err("no nodePort"))?;
+            let page = stack_support::vmi::http_get_url(&format!("http://127.0.0.1:{node_port}/")).await?;
+            assert!(page.contains(MARKER), "{svc} on the node's port {node_port}: {page}");
+        }
     }
     port_forward_checks(&env, &upstream, &ours).await?;
 

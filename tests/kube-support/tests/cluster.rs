@@ -77,6 +77,10 @@ fn phase(p: Option<&Pod>) -> Option<String> {
     p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.clone())
 }
 
+fn pod_running(p: Option<&Pod>) -> bool {
+    phase(p).as_deref() == Some("Running")
+}
+
 fn pvc_bound(p: Option<&PersistentVolumeClaim>) -> bool {
     p.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref()) == Some("Bound")
 }
@@ -559,6 +563,52 @@ echo "api-ok registry=$(cat /tmp/reg)" > /dev/termination-log
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let (_, term) = run_to_end(&pods, "client").await?;
     ensure!(term.exit_code == 0 && term.message.as_deref() == Some("api-ok registry={}\n"), "{term:?}");
+    ns.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up)"]
+async fn services_route_through_kube_proxy_to_their_pods() -> Result<()> {
+    let (_cluster, client, ns) = setup("svc").await?;
+    // A Service first, so that the client pod gets its WEB_SERVICE_HOST/PORT variables, as pods do.
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  type: NodePort\n  selector: {app: web}\n  ports: [{port: 8080, targetPort: 80}]\n";
+    let server = sh_pod(
+        "server",
+        &test_image("busybox"),
+        "Never",
+        "mkdir -p /tmp/www && echo served-by-$HOSTNAME > /tmp/www/index.html && exec httpd -f -p 80 -h /tmp/www",
+        "",
+        "",
+    )
+    .replace("metadata: {name: server}", "metadata: {name: server, labels: {app: web}}");
+    let client_script = r#"for i in $(seq 1 60); do
+  if timeout 2 wget -q -O /tmp/page "http://$WEB_SERVICE_HOST:$WEB_SERVICE_PORT/"; then
+    cat /tmp/page > /dev/termination-log; exit 0
+  fi
+  sleep 1
+done
+echo "no answer from $WEB_SERVICE_HOST:$WEB_SERVICE_PORT" > /dev/termination-log; exit 1
+"#;
+    let client_pod = sh_pod("client", &test_image("busybox"), "Never", client_script, "", "");
+    apply_yaml(&client, ns.name(), &format!("{service}---\n{server}")).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    wait_for(&pods, "server", T_POD, pod_running).await?;
+    apply_yaml(&client, ns.name(), &client_pod).await?;
+    let (_, term) = run_to_end(&pods, "client").await?;
+    ensure!(
+        term.exit_code == 0 && term.message.as_deref() == Some("served-by-server\n"),
+        "through the ClusterIP: {term:?}"
+    );
+    // The NodePort answers on the node's loopback too (kube-proxy's localhost NodePorts).
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), ns.name());
+    let svc = services.get("web").await?;
+    let node_port = svc.spec.and_then(|s| s.ports?.first()?.node_port).context("no nodePort")?;
+    let out = std::process::Command::new("curl")
+        .args(["-fsS", "--max-time", "5", &format!("http://127.0.0.1:{node_port}/")])
+        .output()
+        .context("curl")?;
+    ensure!(out.stdout == b"served-by-server\n", "NodePort {node_port}: {out:?}");
     ns.delete().await?;
     Ok(())
 }
