@@ -1,6 +1,7 @@
 //! Websocket streams of the `plain.kubevirt.io` kind (console, VNC): the payload of binary (or text) messages is
 //! a plain byte stream. [`bridge`] joins such a websocket to a byte stream; virt-api uses it between the user's
-//! websocket and the node agent, `virtctl vnc` between the websocket and the local VNC viewer.
+//! websocket and the node agent, `virtctl vnc` between the websocket and the local VNC viewer; [`payload`] reads
+//! one message for the clients that pump a websocket themselves.
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -9,6 +10,27 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// Size of one websocket message towards the websocket's peer (upstream's buffer is 32 KiB).
 const CHUNK: usize = 32 << 10;
+
+/// What one received websocket message carries for the byte stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// Bytes of the stream (a binary message's, or a text message's UTF-8).
+    Data(bytes::Bytes),
+    /// The peer closed the websocket: the stream ends.
+    Close,
+    /// A control message (ping, pong, raw frame): nothing for the stream.
+    Skip,
+}
+
+/// The stream's view of `msg`.
+pub fn payload(msg: Message) -> Payload {
+    match msg {
+        Message::Binary(b) => Payload::Data(b),
+        Message::Text(t) => Payload::Data(bytes::Bytes::from(t.as_str().to_owned())),
+        Message::Close(_) => Payload::Close,
+        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Payload::Skip,
+    }
+}
 
 /// Copies between `ws` and the byte stream `raw` until either side ends: binary and text messages' payloads go
 /// to `raw`, `raw`'s bytes go out as binary messages. A websocket close shuts `raw`'s write side; the end of
@@ -21,12 +43,11 @@ where
     let (mut ws_tx, mut ws_rx) = ws.split();
     let (mut raw_rx, mut raw_tx) = tokio::io::split(raw);
     let to_raw = async {
-        while let Some(msg) = ws_rx.next().await {
-            let data = match msg {
-                Ok(Message::Binary(b)) => b,
-                Ok(Message::Text(t)) => bytes::Bytes::from(t.as_str().to_owned()),
-                Ok(Message::Close(_)) | Err(_) => break,
-                Ok(_) => continue,
+        while let Some(Ok(msg)) = ws_rx.next().await {
+            let data = match payload(msg) {
+                Payload::Data(d) => d,
+                Payload::Close => break,
+                Payload::Skip => continue,
             };
             if raw_tx.write_all(&data).await.is_err() {
                 break;
@@ -60,6 +81,18 @@ mod tests {
     use tokio_tungstenite::tungstenite::protocol::Role;
 
     use super::*;
+
+    #[test]
+    fn data_messages_carry_bytes_and_control_messages_none() {
+        assert_eq!(
+            payload(Message::Binary(bytes::Bytes::from_static(b"\x00\xff"))),
+            Payload::Data(b"\x00\xff"[..].into())
+        );
+        assert_eq!(payload(Message::Text("login: ".into())), Payload::Data(b"login: "[..].into()));
+        assert_eq!(payload(Message::Close(None)), Payload::Close);
+        assert_eq!(payload(Message::Ping(bytes::Bytes::from_static(b"p"))), Payload::Skip);
+        assert_eq!(payload(Message::Pong(bytes::Bytes::new())), Payload::Skip);
+    }
 
     #[tokio::test]
     async fn the_bridge_carries_both_directions() {

@@ -121,16 +121,10 @@ pub fn default_template_spec(spec: &mut VirtualMachineInstanceSpec, config: &Con
     set_machine_type(spec, config);
 }
 
-/// The VMI as upstream's mutator leaves it on CREATE (see the [module docs](self) for the steps).
-pub fn default_vmi(
-    vmi: &VirtualMachineInstance,
-    config: &Config,
-    fresh: &Fresh,
-) -> Result<VirtualMachineInstance, Error> {
-    let mut vmi = vmi.clone();
-    let spec = &mut vmi.spec;
+/// Upstream's `SetDefaultVirtualMachineInstanceSpec` (steps 1–8 of the [module docs](self)), quantities written
+/// as Go writes them: what both the VMI mutator and `expand-spec` do to a spec.
+pub fn default_instance_spec(spec: &mut VirtualMachineInstanceSpec, config: &Config) -> Result<(), Error> {
     canonicalize_quantities(spec);
-    // SetDefaultVirtualMachineInstanceSpec
     default_template_spec(spec, config);
     set_resource_requests(spec, config);
     set_guest_memory(spec);
@@ -141,6 +135,18 @@ pub fn default_vmi(
     }
     set_default_network(spec, config)?;
     add_volume_disks(spec);
+    Ok(())
+}
+
+/// The VMI as upstream's mutator leaves it on CREATE (see the [module docs](self) for the steps).
+pub fn default_vmi(
+    vmi: &VirtualMachineInstance,
+    config: &Config,
+    fresh: &Fresh,
+) -> Result<VirtualMachineInstance, Error> {
+    let mut vmi = vmi.clone();
+    default_instance_spec(&mut vmi.spec, config)?;
+    let spec = &mut vmi.spec;
     // SetDefaultVirtualMachineInstance
     let arch = Architecture::parse(spec.architecture.as_deref().unwrap_or_default());
     if arch == Some(Architecture::S390x) {
@@ -305,7 +311,8 @@ fn set_pull_policies(spec: &mut VirtualMachineInstanceSpec) {
     }
 }
 
-fn set_default_network(spec: &mut VirtualMachineInstanceSpec, config: &Config) -> Result<(), Error> {
+/// Step 7: the pod network and its interface when the spec has neither networks nor interfaces.
+pub fn set_default_network(spec: &mut VirtualMachineInstanceSpec, config: &Config) -> Result<(), Error> {
     let devices = &mut spec.domain.devices;
     if devices.autoattach_pod_interface == Some(false)
         || !spec.networks.as_deref().unwrap_or_default().is_empty()
@@ -332,8 +339,8 @@ fn set_default_network(spec: &mut VirtualMachineInstanceSpec, config: &Config) -
     Ok(())
 }
 
-/// Upstream's `SetDefaultVolumeDisk`.
-fn add_volume_disks(spec: &mut VirtualMachineInstanceSpec) {
+/// Upstream's `SetDefaultVolumeDisk` (step 8): a `disk` for every volume without a disk or filesystem of its name.
+pub fn add_volume_disks(spec: &mut VirtualMachineInstanceSpec) {
     let devices = &mut spec.domain.devices;
     let mut named: BTreeSet<String> = devices.disks.iter().flatten().map(|d| d.name.clone()).collect();
     named.extend(devices.filesystems.iter().flatten().map(|f| f.name.clone()));

@@ -31,6 +31,7 @@
 pub mod cause;
 pub mod config;
 pub mod defaults;
+pub mod expand;
 pub mod hyperv;
 pub mod lifecycle;
 pub mod lookup;

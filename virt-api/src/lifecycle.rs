@@ -114,6 +114,11 @@ impl Refusal {
     pub fn not_found_on(resource: &str, name: &str) -> Refusal {
         Refusal { code: 404, reason: "NotFound", message: format!("{resource}.kubevirt.io \"{name}\" not found") }
     }
+
+    /// 500 as `errors.NewInternalError(err)` prints it.
+    pub fn internal(why: impl std::fmt::Display) -> Refusal {
+        Refusal { code: 500, reason: "InternalError", message: format!("Internal error occurred: {why}") }
+    }
 }
 
 /// One JSON patch to send, in order.

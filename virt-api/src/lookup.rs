@@ -36,10 +36,38 @@ pub async fn for_vm_review(client: &Client, body: &[u8]) -> Lookups {
         return Lookups::default();
     }
     let ns = request.get("namespace").and_then(Value::as_str).unwrap_or_default().to_owned();
-    Lookups { vm_expansion: Some(expansion(client, &ns, &vm).await) }
+    Lookups { vm_expansion: Some(expansion(client, &ns, &vm).await.map_err(|m| m.admission_message())) }
 }
 
-async fn expansion(client: &Client, ns: &str, vm: &VirtualMachine) -> Result<Expansion, String> {
+/// The instancetype or preference a VM names that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// The instancetype; the API server's message.
+    Instancetype(String),
+    /// The preference; the API server's message.
+    Preference(String),
+}
+
+impl Missing {
+    /// The API server's message (what upstream's `expand-spec` answers).
+    pub fn message(&self) -> &str {
+        match self {
+            Missing::Instancetype(m) | Missing::Preference(m) => m,
+        }
+    }
+
+    /// Upstream's VM admitter's message ("Failure to find instancetype: …").
+    pub fn admission_message(&self) -> String {
+        match self {
+            Missing::Instancetype(m) => format!("Failure to find instancetype: {m}"),
+            Missing::Preference(m) => format!("Failure to find preference: {m}"),
+        }
+    }
+}
+
+/// The instancetype and preference `vm` (in namespace `ns`) names, from the revisions its status recorded or the
+/// live objects.
+pub async fn expansion(client: &Client, ns: &str, vm: &VirtualMachine) -> Result<Expansion, Missing> {
     let mut e = Expansion::default();
     let status = vm.status.clone().unwrap_or_default();
     let (it_ref, pref_ref) = (status.instancetype_ref.as_ref(), status.preference_ref.as_ref());
@@ -50,7 +78,7 @@ async fn expansion(client: &Client, ns: &str, vm: &VirtualMachine) -> Result<Exp
         } else {
             read(client, Api::<VirtualMachineClusterInstancetype>::all(client.clone()), ns, m, &k, it_ref).await
         };
-        e.instancetype = Some(found.map_err(|m| format!("Failure to find instancetype: {m}"))?);
+        e.instancetype = Some(found.map_err(Missing::Instancetype)?);
     }
     if let Some(m) = &vm.spec.preference {
         let k = m.kind.clone().unwrap_or_else(|| kind::CLUSTER_PREFERENCE.into());
@@ -59,7 +87,7 @@ async fn expansion(client: &Client, ns: &str, vm: &VirtualMachine) -> Result<Exp
         } else {
             read(client, Api::<VirtualMachineClusterPreference>::all(client.clone()), ns, m, &k, pref_ref).await
         };
-        e.preference = Some(found.map_err(|m| format!("Failure to find preference: {m}"))?);
+        e.preference = Some(found.map_err(Missing::Preference)?);
     }
     Ok(e)
 }

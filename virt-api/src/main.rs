@@ -27,6 +27,7 @@ fn main() -> ExitCode {
                 None
             }
         };
+        let config = Arc::new(settings.config);
         let subresources = match &client {
             Some(c) => match RequestHeaderConfig::load(c).await {
                 Ok(auth) => {
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
                             );
                         })
                         .ok();
-                    Some(Arc::new(Subresources { auth, client: c.clone(), nodes }))
+                    Some(Arc::new(Subresources { auth, client: c.clone(), nodes, config: config.clone() }))
                 }
                 Err(e) => {
                     tracing::error!("the subresource API is off: {e:#}");
@@ -52,7 +53,7 @@ fn main() -> ExitCode {
         let running = server::start(
             settings.listen,
             tls,
-            Arc::new(settings.config),
+            config,
             client,
             subresources,
             controller_runtime::binary::shutdown_signal(),

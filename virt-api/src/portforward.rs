@@ -29,31 +29,15 @@ use crate::lifecycle::Refusal;
 /// the user's request for minutes).
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The transport of a tunnel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// A TCP connection (the default when the path names none).
-    Tcp,
-    /// A connected UDP socket.
-    Udp,
-}
+pub use contracts::kubevirt::portforward::{Protocol, SUBRESOURCE};
 
-impl Protocol {
-    /// The path's protocol (`None`: TCP), or upstream's 500 for another network (`dial sctp: unknown network
-    /// sctp`, as Go's `net.Dial` says it).
-    pub fn parse(s: Option<&str>) -> Result<Protocol, Refusal> {
-        match s {
-            None | Some("tcp") => Ok(Protocol::Tcp),
-            Some("udp") => Ok(Protocol::Udp),
-            Some(other) => Err(dial_error(&format!("dial {other}: unknown network {other}"))),
-        }
-    }
-
-    /// `tcp` or `udp`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
+/// The path's protocol (`None`: TCP), or upstream's 500 for another network (`dial sctp: unknown network sctp`,
+/// as Go's `net.Dial` says it).
+pub fn protocol(s: Option<&str>) -> Result<Protocol, Refusal> {
+    match s {
+        None => Ok(Protocol::Tcp),
+        Some(name) => {
+            Protocol::from_name(name).ok_or_else(|| dial_error(&format!("dial {name}: unknown network {name}")))
         }
     }
 }
@@ -244,10 +228,10 @@ mod tests {
             (r.code, r.message.as_str()),
             (500, "Internal error occurred: dialing VM: dial tcp: address 10.244.0.7:99999: invalid port")
         );
-        assert_eq!(Protocol::parse(None), Ok(Protocol::Tcp));
-        assert_eq!(Protocol::parse(Some("udp")), Ok(Protocol::Udp));
+        assert_eq!(protocol(None), Ok(Protocol::Tcp));
+        assert_eq!(protocol(Some("udp")), Ok(Protocol::Udp));
         assert_eq!(
-            Protocol::parse(Some("sctp")).err().map(|r| r.message),
+            protocol(Some("sctp")).err().map(|r| r.message),
             Some("Internal error occurred: dialing VM: dial sctp: unknown network sctp".to_owned())
         );
     }

@@ -9,6 +9,8 @@
 //!   PUT  …/{v}/namespaces/{ns}/virtualmachines/{vm}/start|stop|restart
 //!        ─► read the VM and its VMI ─► lifecycle::plan (pure) ─► JSON patches (VMI, VM, VM status) ─► 202
 //!   GET  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/console|vnc   websocket ─► vmi_ops ─► node agent
+//!   GET  …/{v}/namespaces/{ns}/virtualmachines/{vm}/expand-spec      ─► lookup::expansion ─► expand (pure) ─► 200
+//!   PUT  …/{v}/namespaces/{ns}/expand-vm-spec   (the VM in the body)  ─► the same, errors 400
 //!   PUT  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/pause|unpause ─► vmi_ops ─► node agent ─► 200
 //!   GET  …/{v}/namespaces/{ns}/virtualmachine[instance]s/{name}/portforward/{port}[/{protocol}]
 //!        websocket ─► portforward ─► the guest's address over the pod network
@@ -32,7 +34,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use kube::api::{Api, Patch as KubePatch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::Config;
+use crate::expand;
 use crate::lifecycle::{self, Lifecycle, Options, Patch, Refusal};
+use crate::lookup;
 use crate::node::NodeClient;
 use crate::portforward;
 use crate::server::respond;
@@ -51,6 +56,8 @@ pub struct Subresources {
     /// Console, VNC, pause and unpause go through the VMI's node agent (`None`: no client certificate; they
     /// answer 503).
     pub nodes: Option<NodeClient>,
+    /// The cluster configuration `expand-spec` applies defaults with (the webhooks' own).
+    pub config: Arc<Config>,
 }
 
 impl std::fmt::Debug for Subresources {
@@ -110,6 +117,18 @@ pub enum Route {
         /// Which one.
         sub: String,
     },
+    /// `GET virtualmachines/{name}/expand-spec`: the stored VM, expanded.
+    ExpandVm {
+        /// Namespace.
+        namespace: String,
+        /// VM name.
+        name: String,
+    },
+    /// `PUT namespaces/{ns}/expand-vm-spec`: the VM in the body, expanded.
+    ExpandSpec {
+        /// The request's namespace.
+        namespace: String,
+    },
     /// A subresource upstream has and this server does not serve (yet): `resource/sub`.
     NotImplemented(String),
     /// A known path with another method.
@@ -133,6 +152,18 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
         [v, "version"] if known(v) && get => Route::Version,
         [v, "healthz"] if known(v) && get => Route::Healthz,
         [v, "guestfs"] if known(v) => Route::NotImplemented("guestfs".into()),
+        [v, "namespaces", ns, "virtualmachines", name, expand::VM_SUBRESOURCE] if known(v) => {
+            if !get {
+                return Route::MethodNotAllowed;
+            }
+            Route::ExpandVm { namespace: (*ns).to_owned(), name: (*name).to_owned() }
+        }
+        [v, "namespaces", ns, expand::SPEC_RESOURCE] if known(v) => {
+            if method != Method::PUT {
+                return Route::MethodNotAllowed;
+            }
+            Route::ExpandSpec { namespace: (*ns).to_owned() }
+        }
         [v, "namespaces", ns, "virtualmachines", name, sub] if known(v) => match Lifecycle::parse(sub) {
             Some(action) if method == Method::PUT => {
                 Route::Lifecycle { namespace: (*ns).to_owned(), name: (*name).to_owned(), action }
@@ -159,7 +190,7 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
             ns,
             resource @ ("virtualmachines" | "virtualmachineinstances"),
             name,
-            "portforward",
+            portforward::SUBRESOURCE,
             port,
             protocol @ ..,
         ] if known(v) && protocol.len() <= 1 => {
@@ -222,12 +253,16 @@ pub fn resources_json(version: &str) -> Value {
                    "kind": "", "verbs": ["update"]})
         })
         .collect();
+    resources.push(json!({"name": format!("virtualmachines/{}", expand::VM_SUBRESOURCE), "singularName": "",
+                          "namespaced": true, "kind": "", "verbs": ["get"]}));
+    resources.push(json!({"name": expand::SPEC_RESOURCE, "singularName": "", "namespaced": true, "kind": "",
+                          "verbs": ["update"]}));
     for (name, verbs) in [
         ("console", json!(["get"])),
         ("vnc", json!(["get"])),
         ("pause", json!(["update"])),
         ("unpause", json!(["update"])),
-        ("portforward", json!(["get"])),
+        (portforward::SUBRESOURCE, json!(["get"])),
     ] {
         resources
             .push(json!({"name": format!("virtualmachineinstances/{name}"), "singularName": "", "namespaced": true,
@@ -302,6 +337,14 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
             };
             failure(r.code, r.reason, &r.message)
         }
+        Route::ExpandVm { namespace, name } => match expand_vm(&s.client, &s.config, &namespace, &name).await {
+            Ok(vm) => json_response(StatusCode::OK, &vm),
+            Err(a) => a.response(),
+        },
+        Route::ExpandSpec { namespace } => match expand_spec(req, &s.client, &s.config, &namespace).await {
+            Ok(vm) => json_response(StatusCode::OK, &vm),
+            Err(a) => a.response(),
+        },
         Route::Lifecycle { namespace, name, action } => {
             let options = match options(req).await {
                 Ok(o) => o,
@@ -329,8 +372,60 @@ async fn options(req: Request<Incoming>) -> Result<Options, Refusal> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Options::default());
     }
-    serde_json::from_slice(&body)
-        .map_err(|e| Refusal::bad_request(format!("Can not unmarshal Request body to struct: {e}")))
+    serde_json::from_slice(&body).map_err(|e| Refusal::bad_request(unmarshal_error(&e)))
+}
+
+/// `expand-spec` of the stored VM `ns/name`: upstream's 404 for an unknown VM, a 500 when it cannot be read or
+/// expanded.
+async fn expand_vm(client: &kube::Client, config: &Config, ns: &str, name: &str) -> Result<Value, Answer> {
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vm = match vms.get_opt(name).await {
+        Ok(Some(vm)) => vm,
+        Ok(None) => return Err(Refusal::vm_not_found(name).into()),
+        Err(e) => return Err(Refusal::internal(format!("unable to retrieve vm [{name}]: {e}")).into()),
+    };
+    expanded(client, config, ns, &vm).await.map_err(|m| Refusal::internal(m).into())
+}
+
+/// `expand-vm-spec`: the VM in the request body (its namespace empty or `ns`), expanded; 400 for anything wrong.
+async fn expand_spec(
+    req: Request<Incoming>,
+    client: &kube::Client,
+    config: &Config,
+    ns: &str,
+) -> Result<Value, Answer> {
+    let body = Limited::new(req.into_body(), expand::MAX_VM_BODY)
+        .collect()
+        .await
+        .map_err(|e| Refusal::bad_request(format!("reading the body: {e}")))?
+        .to_bytes();
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Refusal::bad_request("empty request body").into());
+    }
+    let mut vm: VirtualMachine =
+        serde_json::from_slice(&body).map_err(|e| Refusal::bad_request(unmarshal_error(&e)))?;
+    match vm.metadata.namespace.as_deref() {
+        None | Some("") => vm.metadata.namespace = Some(ns.to_owned()),
+        Some(given) if given == ns => {}
+        Some(_) => return Err(Refusal::bad_request(format!("VM namespace must be empty or {ns}")).into()),
+    }
+    expanded(client, config, ns, &vm).await.map_err(|m| Refusal::bad_request(m).into())
+}
+
+/// `vm` with its instancetype and preference read and applied (the error text, as upstream words it).
+async fn expanded(client: &kube::Client, config: &Config, ns: &str, vm: &VirtualMachine) -> Result<Value, String> {
+    let e = if vm.spec.instancetype.is_some() || vm.spec.preference.is_some() {
+        lookup::expansion(client, ns, vm).await.map_err(|m| m.message().to_owned())?
+    } else {
+        Default::default()
+    };
+    let out = expand::expand(vm, &e, config)?;
+    serde_json::to_value(&out).map_err(|e| e.to_string())
+}
+
+/// Upstream's text for a request body that is not the expected JSON.
+fn unmarshal_error(e: &serde_json::Error) -> String {
+    format!("Can not unmarshal Request body to struct, error: {e}")
 }
 
 /// A VMI subresource: read and check the VMI, then the node agent of its node does it (a stream: the client's
@@ -369,7 +464,7 @@ async fn port_forward(
     protocol: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, Answer> {
     let handshake = vmi_ops::handshake(req.headers())?;
-    let protocol = portforward::Protocol::parse(protocol)?;
+    let protocol = portforward::protocol(protocol)?;
     let owner = if vm {
         let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
         let vm = vms
@@ -579,6 +674,22 @@ mod tests {
             route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/portforward/53/udp/x"), None),
             Route::NotImplemented("virtualmachines/portforward/53/udp/x".into())
         );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/expand-spec"), None),
+            Route::ExpandVm { namespace: "ns".into(), name: "vm1".into() }
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/expand-spec"), None),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1alpha3/namespaces/ns/expand-vm-spec"), None),
+            Route::ExpandSpec { namespace: "ns".into() }
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/expand-vm-spec"), None),
+            Route::MethodNotAllowed
+        );
         assert_eq!(route(&Method::GET, "/apis/kubevirt.io/v1", None), Route::NotFound);
     }
 
@@ -593,6 +704,8 @@ mod tests {
                 "virtualmachines/start",
                 "virtualmachines/stop",
                 "virtualmachines/restart",
+                "virtualmachines/expand-spec",
+                "expand-vm-spec",
                 "virtualmachineinstances/console",
                 "virtualmachineinstances/vnc",
                 "virtualmachineinstances/pause",

@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+pub mod expand;
 pub mod expose;
 pub mod portforward;
 pub mod vm;

@@ -1,5 +1,5 @@
 //! `virtctl`: the subset of KubeVirt's CLI this project provides — `image-upload`, `start`, `stop`, `restart`,
-//! `console`, `vnc`, `pause`, `unpause`, `expose`, `port-forward`.
+//! `console`, `vnc`, `pause`, `unpause`, `expose`, `port-forward`, `expand`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +13,7 @@ use virtctl::vmi;
     name = "virtctl",
     version,
     about = "KubeVirt command line client (image-upload, start, stop, restart, console, vnc, pause, unpause, expose, \
-             port-forward)"
+             port-forward, expand)"
 )]
 struct Cli {
     /// Namespace (default: the kubeconfig context's).
@@ -48,6 +48,8 @@ enum Cmd {
     Expose(virtctl::expose::ExposeArgs),
     /// Forward local ports to a virtualmachine or virtualmachineinstance.
     PortForward(virtctl::portforward::PortForwardArgs),
+    /// Return the VirtualMachine object with expanded instancetype and preference.
+    Expand(virtctl::expand::ExpandArgs),
 }
 
 async fn client(namespace: Option<String>, kubeconfig: Option<PathBuf>) -> anyhow::Result<(kube::Client, String)> {
@@ -82,6 +84,7 @@ fn main() -> ExitCode {
         Cmd::Vnc(a) => Run::Vnc(a),
         Cmd::Expose(a) => Run::Expose(a),
         Cmd::PortForward(a) => Run::PortForward(a),
+        Cmd::Expand(a) => Run::Expand(a),
     };
     // Upstream's output and exit code: the result line on stdout, or its error text on stderr and exit 1.
     let mut failed = false;
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
             Run::Vnc(args) => vmi::vnc(args, c, &ns).await.map(|()| None),
             Run::Expose(args) => virtctl::expose::expose(args, c, &ns).await.map(Some),
             Run::PortForward(args) => virtctl::portforward::port_forward(args, c, &ns).await.map(|()| None),
+            Run::Expand(args) => virtctl::expand::expand(args, c, &ns).await.map(Some),
         };
         match result {
             Ok(Some(line)) => println!("{line}"),
@@ -116,4 +120,5 @@ enum Run {
     Vnc(vmi::VncArgs),
     Expose(virtctl::expose::ExposeArgs),
     PortForward(virtctl::portforward::PortForwardArgs),
+    Expand(virtctl::expand::ExpandArgs),
 }

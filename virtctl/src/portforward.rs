@@ -16,6 +16,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use contracts::kubevirt::portforward;
+pub use contracts::kubevirt::portforward::Protocol;
+use controller_runtime::ws::{self, Payload};
 use futures::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Mutex, mpsc};
@@ -72,25 +75,6 @@ pub fn parse_target(target: &str) -> Result<Target, String> {
     Ok(Target { vm, name: name.to_owned(), namespace })
 }
 
-/// A transport of a forwarded port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// TCP (the default).
-    Tcp,
-    /// UDP.
-    Udp,
-}
-
-impl Protocol {
-    /// `tcp` or `udp`, as the path names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-        }
-    }
-}
-
 /// One forwarded port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Port {
@@ -123,23 +107,14 @@ pub fn parse_port(arg: &str) -> Result<Port, String> {
         Some(r) => atoi(r)?,
         None => local,
     };
-    let protocol = match protocol {
-        "tcp" => Protocol::Tcp,
-        "udp" => Protocol::Udp,
-        other => return Err(format!("unknown protocol: {other}")),
-    };
+    let protocol = Protocol::from_name(protocol).ok_or_else(|| format!("unknown protocol: {protocol}"))?;
     Ok(Port { local, remote, protocol })
 }
 
 /// The websocket path of the tunnel to `port` of `target` in `namespace` (the protocol always named, as
 /// upstream's client does).
 pub fn tunnel_path(target: &Target, namespace: &str, port: &Port) -> String {
-    vmi::resource_path(
-        target.vm,
-        namespace,
-        &target.name,
-        &format!("portforward/{}/{}", port.remote, port.protocol.as_str()),
-    )
+    vmi::resource_path(target.vm, namespace, &target.name, &portforward::subresource_path(port.remote, port.protocol))
 }
 
 /// `virtctl port-forward`: `Err` is the text to print (exit 1). Runs until Ctrl+C (`--stdio`: until the tunnel
@@ -222,7 +197,7 @@ async fn forward_tcp(listener: TcpListener, port: Port, tunnel: Arc<Tunnel>, kin
             eprintln!("opening new tcp tunnel to {}", port.remote);
             if let Some(ws) = tunnel.open(&port, kind).await {
                 eprintln!("handling tcp connection for {}", port.local);
-                controller_runtime::ws::bridge(ws, conn).await;
+                ws::bridge(ws, conn).await;
             }
         });
     }
@@ -279,11 +254,10 @@ async fn udp_client(
     };
     let back = async {
         while let Some(Ok(msg)) = ws_rx.next().await {
-            let data = match msg {
-                Message::Binary(b) => b,
-                Message::Text(t) => bytes::Bytes::from(t.as_str().to_owned()),
-                Message::Close(_) => break,
-                _ => continue,
+            let data = match ws::payload(msg) {
+                Payload::Data(d) => d,
+                Payload::Close => break,
+                Payload::Skip => continue,
             };
             if let Err(e) = socket.send_to(&data, client).await {
                 eprintln!("closing client: {e}");

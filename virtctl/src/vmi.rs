@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use contracts::kubevirt::consts::{PLAIN_STREAM_PROTOCOL, SUBRESOURCES_GROUP, VERSION};
+use controller_runtime::ws::{self, Payload};
 use crds::kubevirt::RunStrategy;
 use futures::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
@@ -176,11 +177,10 @@ pub async fn stdio_session(ws: Stream, escape: Option<u8>, disconnected: fn(&str
     let output = async {
         let mut stdout = std::io::stdout();
         while let Some(msg) = rx.next().await {
-            let data = match msg {
-                Ok(Message::Binary(b)) => b,
-                Ok(Message::Text(t)) => bytes::Bytes::from(t.as_str().to_owned()),
-                Ok(Message::Close(_)) => return Ok(()),
-                Ok(_) => continue,
+            let data = match msg.map(ws::payload) {
+                Ok(Payload::Data(d)) => d,
+                Ok(Payload::Close) => return Ok(()),
+                Ok(Payload::Skip) => continue,
                 Err(e) => return Err(disconnected(&e.to_string())),
             };
             if stdout.write_all(&data).and_then(|()| stdout.flush()).is_err() {
@@ -256,7 +256,7 @@ pub async fn vnc(args: &VncArgs, client: kube::Client, namespace: &str) -> Resul
     }
     let accept = async {
         let (conn, _) = listener.accept().await.map_err(|e| format!("error encountered: {e}"))?;
-        controller_runtime::ws::bridge(ws, conn).await;
+        ws::bridge(ws, conn).await;
         Ok::<(), String>(())
     };
     let r = tokio::select! {

@@ -644,6 +644,13 @@ async fn instancetypes_and_preferences_shape_the_vmi_and_are_captured_at_first_u
     let vmi = env.vmis().get("vm-cirros-csmall").await?;
     assert_eq!(vmi.spec.domain.memory.as_ref().and_then(|m| m.guest.clone()).map(|q| q.0).as_deref(), Some("128Mi"));
 
+    // `virtctl expand` (upstream's and ours) through the subresource API.
+    let upstream =
+        tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+    for bin in [upstream, kube_test_support::workspace_binary("virtctl")?] {
+        expand_with(&env, &bin, &example, &with_preference)?;
+    }
+
     // A missing instancetype is refused; a cluster-wide one is captured when the VM is created: deleting it
     // afterwards does not stop the VM from starting with it.
     let cluster = local_images(&upstream_example("vm-cirros-cluster-csmall.yaml")?, &env.image)
@@ -672,6 +679,54 @@ async fn instancetypes_and_preferences_shape_the_vmi_and_are_captured_at_first_u
     env.delete_vm("vm-cirros-cluster-csmall").await?;
     env.delete_vm("vm-cirros-csmall").await?;
     env.0.ns.delete().await
+}
+
+/// `virtctl expand` with `bin` on the running `vm-cirros-csmall` (instancetype `csmall`, since edited to 192Mi, and
+/// preference `virtio`): the stored VM with its captured instancetype and preference applied (128Mi), the matchers
+/// gone; the file `with_preference` with the live ones (192Mi); `example` (memory.guest set) refused as a conflict,
+/// a foreign namespace and an unknown VM with upstream's texts.
+fn expand_with(env: &Env, bin: &std::path::Path, example: &str, with_preference: &str) -> Result<()> {
+    use crds::kubevirt::domain::DiskBus;
+    let (code, out) = virtctl(env, bin, &["expand", "--vm", "vm-cirros-csmall", "-o", "json"])?;
+    assert_eq!(code, 0, "{out}");
+    let expanded: VirtualMachine =
+        serde_json::from_str(&out[out.find('{').unwrap_or_default()..]).map_err(|e| err(format!("{e}: {out}")))?;
+    assert_eq!((expanded.spec.instancetype.as_ref(), expanded.spec.preference.as_ref()), (None, None), "{out}");
+    let status = expanded.status.clone().unwrap_or_default();
+    assert_eq!((status.instancetype_ref, status.preference_ref), (None, None), "{out}");
+    let template = expanded.spec.template.spec.clone().unwrap_or_default();
+    let cpu = template.domain.cpu.clone().unwrap_or_default();
+    assert_eq!((cpu.sockets, cpu.cores, cpu.threads), (Some(1), Some(1), Some(1)), "{out}");
+    let guest = template.domain.memory.as_ref().and_then(|m| m.guest.clone()).map(|q| q.0);
+    assert_eq!(guest.as_deref(), Some("128Mi"), "the captured revision, not the edited instancetype: {out}");
+    let disks = template.domain.devices.disks.clone().unwrap_or_default();
+    let bus = disks.iter().find(|d| d.name == "containerdisk").and_then(|d| d.disk.clone()).and_then(|d| d.bus);
+    assert_eq!(bus, Some(DiskBus::Virtio), "{out}");
+    assert!(template.networks.iter().flatten().any(|n| n.name == "default"), "the default pod network: {out}");
+    let file = std::env::temp_dir().join(format!("kvrs-expand-{}.yaml", env.ns.name()));
+    let file_arg = file.to_string_lossy().into_owned();
+    std::fs::write(&file, example).map_err(Error::io("writing the VM file"))?;
+    let (code, out) = virtctl(env, bin, &["expand", "--file", &file_arg])?;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("VM field(s) spec.template.spec.domain.memory.guest conflicts with selected instance type"),
+        "{out}"
+    );
+    std::fs::write(&file, with_preference.replacen("metadata:\n", "metadata:\n  namespace: elsewhere\n", 1))
+        .map_err(Error::io("writing the VM file"))?;
+    let (code, out) = virtctl(env, bin, &["expand", "--file", &file_arg])?;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("VM namespace must be empty or {}", env.ns.name())), "{out}");
+    std::fs::write(&file, with_preference).map_err(Error::io("writing the VM file"))?;
+    let (code, out) = virtctl(env, bin, &["expand", "--file", &file_arg])?;
+    assert_eq!(code, 0, "{out}");
+    // A VM that is not stored has no captured revision: the instancetype as it is now.
+    assert!(out.contains("guest: 192Mi") && !out.contains("instancetype:"), "{out}");
+    let _ = std::fs::remove_file(&file);
+    let (code, out) = virtctl(env, bin, &["expand", "--vm", "no-such-vm"])?;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("virtualmachine.kubevirt.io \"no-such-vm\" not found"), "{out}");
+    Ok(())
 }
 
 /// Records, every 100 ms until dropped, each VM printableStatus, DataVolume phase and temporary pod seen.
