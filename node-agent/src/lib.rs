@@ -23,5 +23,6 @@ pub mod agent;
 pub mod domain_xml;
 pub mod libvirt;
 pub mod phase;
+pub mod screenshot;
 pub mod server;
 mod xml;

@@ -62,6 +62,8 @@ pub enum Operation {
     Suspend,
     /// `virDomainResume`.
     Resume,
+    /// `virDomainScreenshot` and reading its stream.
+    Screenshot,
 }
 
 impl fmt::Display for Operation {
@@ -79,6 +81,7 @@ impl fmt::Display for Operation {
             Operation::Destroy => "destroying",
             Operation::Undefine => "undefining",
             Operation::XmlDesc => "reading the XML of",
+            Operation::Screenshot => "taking a screenshot of",
         })
     }
 }
@@ -365,6 +368,30 @@ impl Libvirt {
                 if err.kind() == ErrorKind::NoDomain { Ok(None) } else { Err(err) }
             }
         }
+    }
+
+    /// A screenshot of `dom`'s primary display: libvirt's MIME type and at most `limit + 1` bytes of the image (more
+    /// than `limit` bytes: the image was larger and the rest was dropped).
+    pub fn screenshot(&self, dom: &Domain, limit: usize) -> Result<(String, Vec<u8>)> {
+        let err = |e| Error::new(Operation::Screenshot, &dom.name, e);
+        let stream = virt::stream::Stream::new(&self.conn, 0).map_err(err)?;
+        let mime = dom.dom.screenshot(&stream, 0, 0).map_err(err)?;
+        let mut data = Vec::new();
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = usize::try_from(stream.recv(&mut buf).map_err(err)?).unwrap_or_default();
+            if n == 0 {
+                break;
+            }
+            data.extend_from_slice(&buf[..n.min(buf.len())]);
+            if data.len() > limit {
+                data.truncate(limit + 1);
+                let _ = stream.abort();
+                return Ok((mime, data));
+            }
+        }
+        stream.finish().map_err(err)?;
+        Ok((mime, data))
     }
 
     /// The names of every domain, running or only defined.

@@ -8,6 +8,7 @@
 //!   ─► console / vnc: Sessions::open (one per VMI and kind; the new one closes the old, or with
 //!      preserveSession a live VNC session refuses it: 503) ─► connect the pod's QEMU socket ─► 101 ─► copy bytes
 //!   ─► pause / unpause: libvirt suspend / resume of the domain ─► 200 (the reconciler reports `Paused`)
+//!   ─► screenshot: libvirt's screenshot of the display ─► screenshot::to_png ─► 200 image/png
 //! ```
 
 use std::collections::HashMap;
@@ -32,6 +33,10 @@ use tokio::net::{TcpListener, UnixStream};
 
 use crate::agent::{active_pod, blocking};
 use crate::libvirt::{ErrorKind, Libvirt};
+use crate::screenshot;
+
+/// Largest screenshot read from libvirt (a 4096×4096 PPM is 48 MiB).
+const MAX_SCREENSHOT: usize = 64 << 20;
 
 /// Errors of starting the server.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +135,7 @@ async fn handle(req: Request<Incoming>, peer: Arc<tls::Peer>, node: Arc<Node>) -
     let Some((command, ns, name)) = Command::parse(req.uri().path(), req.uri().query()) else {
         return text(StatusCode::NOT_FOUND, "404 page not found");
     };
-    let method_ok = if command.is_stream() { req.method() == Method::GET } else { req.method() == Method::PUT };
+    let method_ok = if command.is_get() { req.method() == Method::GET } else { req.method() == Method::PUT };
     if !method_ok {
         return text(StatusCode::METHOD_NOT_ALLOWED, format!("{} does not take {}", command.name(), req.method()));
     }
@@ -151,6 +156,36 @@ async fn handle(req: Request<Incoming>, peer: Arc<tls::Peer>, node: Arc<Node>) -
         Command::Console => stream(req, &node, vmi_uid, StreamKind::Console, false, dir.serial_console()).await,
         Command::Vnc { preserve_session } => {
             stream(req, &node, vmi_uid, StreamKind::Vnc, preserve_session, dir.vnc()).await
+        }
+        Command::Screenshot => {
+            let (uri, domain) = (dir.libvirt_uri(), domain_name(&ns, &name));
+            let r = blocking(move || {
+                let conn = Libvirt::connect(&uri)?;
+                let Some(dom) = conn.lookup(&domain)? else { return Ok(None) };
+                conn.screenshot(&dom, MAX_SCREENSHOT).map(Some)
+            })
+            .await;
+            match r {
+                Ok(Some((_, data))) if data.len() > MAX_SCREENSHOT => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the screenshot of VMI {ns}/{name} is larger than {MAX_SCREENSHOT} bytes"),
+                ),
+                Ok(Some((mime, data))) => match screenshot::to_png(&mime, data) {
+                    Ok(png) => {
+                        tracing::info!(vmi = %format!("{ns}/{name}"), bytes = png.len(), from = mime, "screenshot");
+                        let mut r = Response::new(Full::new(Bytes::from(png)));
+                        r.headers_mut().insert(
+                            hyper::header::CONTENT_TYPE,
+                            hyper::header::HeaderValue::from_static(screenshot::PNG),
+                        );
+                        r
+                    }
+                    Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("VMI {ns}/{name}: {e}")),
+                },
+                Ok(None) => text(StatusCode::BAD_REQUEST, format!("VMI {ns}/{name} has no domain")),
+                Err(e) if e.kind() == ErrorKind::InvalidState => text(StatusCode::BAD_REQUEST, e.line()),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.line()),
+            }
         }
         Command::Pause | Command::Unpause => {
             let (uri, domain, pause) = (dir.libvirt_uri(), domain_name(&ns, &name), command == Command::Pause);

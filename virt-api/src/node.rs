@@ -28,6 +28,8 @@ use crate::lifecycle::Refusal;
 const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The largest error text read from a node agent.
 const MAX_ERROR_BODY: usize = 16 << 10;
+/// Largest answer body read from the node agent (a screenshot; the node agent caps it below this).
+const MAX_FETCH_BODY: usize = 80 << 20;
 
 /// The client: virt-api's certificate and the node agents' CA, and the API client to find their pods.
 #[derive(Clone)]
@@ -116,7 +118,7 @@ impl NodeClient {
                 }
             });
             let mut req = Request::builder()
-                .method(if command.is_stream() { hyper::Method::GET } else { hyper::Method::PUT })
+                .method(if command.is_get() { hyper::Method::GET } else { hyper::Method::PUT })
                 .uri(command.path(ns, name))
                 .header(hyper::header::HOST, node_api::SERVER_NAME);
             if command.is_stream() {
@@ -141,6 +143,22 @@ impl NodeClient {
     /// Pause or unpause on the node agent of `node`.
     pub async fn command(&self, node: &str, command: Command, ns: &str, name: &str) -> Result<(), Refusal> {
         self.send(node, command, ns, name).await.map(drop)
+    }
+
+    /// The screenshot of VMI `ns/name` from the node agent of `node`: its `Content-Type` and bytes.
+    pub async fn fetch(&self, node: &str, command: Command, ns: &str, name: &str) -> Result<(String, Bytes), Refusal> {
+        let response = self.send(node, command, ns, name).await?;
+        let mime = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream")
+            .to_owned();
+        let body = Limited::new(response.into_body(), MAX_FETCH_BODY)
+            .collect()
+            .await
+            .map_err(|e| internal(format!("reading the node agent's answer: {e}")))?;
+        Ok((mime, body.to_bytes()))
     }
 
     /// Opens the console or VNC stream of VMI `ns/name` on the node agent of `node`.

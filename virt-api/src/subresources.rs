@@ -9,6 +9,7 @@
 //!   PUT  …/{v}/namespaces/{ns}/virtualmachines/{vm}/start|stop|restart
 //!        ─► read the VM and its VMI ─► lifecycle::plan (pure) ─► JSON patches (VMI, VM, VM status) ─► 202
 //!   GET  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/console|vnc   websocket ─► vmi_ops ─► node agent
+//!   GET  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/vnc/screenshot ─► vmi_ops ─► node agent ─► the PNG
 //!   GET  …/{v}/namespaces/{ns}/virtualmachines/{vm}/expand-spec      ─► lookup::expansion ─► expand (pure) ─► 200
 //!   PUT  …/{v}/namespaces/{ns}/expand-vm-spec   (the VM in the body)  ─► the same, errors 400
 //!   PUT  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/pause|unpause ─► vmi_ops ─► node agent ─► 200
@@ -25,7 +26,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use contracts::kubevirt::consts::{PLAIN_STREAM_PROTOCOL, SUBRESOURCES_GROUP, VERSION, VERSIONS};
-use contracts::kubevirt::node_api::Command;
+use contracts::kubevirt::node_api::{self, Command};
 use controller_runtime::aggregated::{RequestHeaderConfig, identity};
 use crds::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use http_body_util::{BodyExt, Full, Limited};
@@ -171,6 +172,12 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
             Some(_) => Route::MethodNotAllowed,
             None => Route::NotImplemented(format!("virtualmachines/{sub}")),
         },
+        [v, "namespaces", ns, "virtualmachineinstances", name, "vnc", "screenshot"] if known(v) => {
+            if !get {
+                return Route::MethodNotAllowed;
+            }
+            Route::Vmi { namespace: (*ns).to_owned(), name: (*name).to_owned(), command: Command::Screenshot }
+        }
         [v, "namespaces", ns, "virtualmachineinstances", name, sub @ ("console" | "vnc" | "pause" | "unpause")]
             if known(v) =>
         {
@@ -260,6 +267,7 @@ pub fn resources_json(version: &str) -> Value {
     for (name, verbs) in [
         ("console", json!(["get"])),
         ("vnc", json!(["get"])),
+        ("vnc/screenshot", json!(["get"])),
         ("pause", json!(["update"])),
         ("unpause", json!(["update"])),
         (portforward::SUBRESOURCE, json!(["get"])),
@@ -442,6 +450,13 @@ async fn vmi_request(
     let vmi = read_vmi(client, ns, name).await?;
     vmi_ops::check(command, &vmi)?;
     let node = vmi.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    if command == Command::Screenshot {
+        let (mime, image) = nodes.fetch(&node, command, ns, name).await?;
+        if mime != node_api::SCREENSHOT_TYPE {
+            return Err(Refusal::internal(format!("the node agent answered {mime} instead of a PNG")).into());
+        }
+        return Ok(respond(StatusCode::OK, node_api::SCREENSHOT_TYPE, image));
+    }
     let Some(handshake) = handshake else {
         if !options(req).await?.dry_run.is_empty() {
             return Ok(respond(StatusCode::OK, "application/json", ""));
@@ -636,7 +651,11 @@ mod tests {
         );
         assert_eq!(
             route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/vnc/screenshot"), None),
-            Route::NotImplemented("virtualmachineinstances/vnc/screenshot".into())
+            Route::Vmi { namespace: "ns".into(), name: "vm1".into(), command: Command::Screenshot }
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/vnc/screenshot"), None),
+            Route::MethodNotAllowed
         );
         assert_eq!(
             route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/guestosinfo"), None),
@@ -708,6 +727,7 @@ mod tests {
                 "expand-vm-spec",
                 "virtualmachineinstances/console",
                 "virtualmachineinstances/vnc",
+                "virtualmachineinstances/vnc/screenshot",
                 "virtualmachineinstances/pause",
                 "virtualmachineinstances/unpause",
                 "virtualmachineinstances/portforward",

@@ -7,6 +7,7 @@
 //!   ─► NodeClient::stream on the VMI's node ─► 101 to the client ─► controller_runtime::ws::bridge
 //! PUT …/virtualmachineinstances/{name}/pause|unpause  ({"dryRun": ["All"]} checks only)
 //!   ─► the VMI ─► check ─► NodeClient::command ─► 200
+//! GET …/virtualmachineinstances/{name}/vnc/screenshot  ─► the VMI ─► check (as vnc) ─► NodeClient::fetch ─► the PNG
 //! ```
 //!
 //! The node agent keeps one console (and one VNC session) per VMI: a new one closes the old, as upstream's.
@@ -44,7 +45,7 @@ pub fn check(command: Command, vmi: &VirtualMachineInstance) -> Result<(), Refus
                 return Err(Refusal::bad_request("VMI is not running"));
             }
         }
-        Command::Vnc { .. } => {
+        Command::Vnc { .. } | Command::Screenshot => {
             if devices.autoattach_graphics_device == Some(false) {
                 return Err(Refusal::bad_request("No graphics devices are present."));
             }

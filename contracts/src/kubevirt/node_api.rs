@@ -7,6 +7,7 @@
 //!   GET  Command::path(ns, name)  Connection: Upgrade, Upgrade: UPGRADE   ─► 101, then the raw byte stream of the
 //!                                                                           serial console / VNC socket
 //!   PUT  Command::path(ns, name)  (pause, unpause)                         ─► 200, or an error status + one line
+//!   GET  Command::path(ns, name)  (screenshot)                             ─► 200, Content-Type image/png, the PNG
 //! ```
 //!
 //! Only virt-api may call it: a request without a client certificate of that name is refused (401/403).
@@ -30,6 +31,8 @@ pub const CLIENT_SECRET: &str = "kubevirt-virt-handler-certs";
 pub const SERVER_CERT_DIR: &str = "/etc/virt-handler/servercertificates";
 /// Where virt-api mounts [`CLIENT_SECRET`].
 pub const CLIENT_CERT_DIR: &str = "/etc/virt-handler/clientcertificates";
+/// `Content-Type` of a [`Command::Screenshot`] answer.
+pub const SCREENSHOT_TYPE: &str = "image/png";
 /// Label (`kubevirt.io=virt-handler`) of the node agent's pods, by which virt-api finds the one on a node.
 pub const POD_LABEL: (&str, &str) = ("kubevirt.io", "virt-handler");
 
@@ -48,6 +51,8 @@ pub enum Command {
     Pause,
     /// Resume a paused guest.
     Unpause,
+    /// A PNG of the VNC display (a GET answered with the image).
+    Screenshot,
 }
 
 impl Command {
@@ -58,12 +63,18 @@ impl Command {
             Command::Vnc { .. } => "vnc",
             Command::Pause => "pause",
             Command::Unpause => "unpause",
+            Command::Screenshot => "screenshot",
         }
     }
 
     /// Whether it is a stream (GET + upgrade) rather than a PUT.
     pub fn is_stream(&self) -> bool {
         matches!(self, Command::Console | Command::Vnc { .. })
+    }
+
+    /// Whether it is a GET (the streams and the screenshot) rather than a PUT.
+    pub fn is_get(&self) -> bool {
+        self.is_stream() || *self == Command::Screenshot
     }
 
     /// The request path and query for VMI `namespace/name`.
@@ -90,6 +101,7 @@ impl Command {
             "vnc" => Command::Vnc { preserve_session },
             "pause" => Command::Pause,
             "unpause" => Command::Unpause,
+            "screenshot" => Command::Screenshot,
             _ => return None,
         };
         Some((command, ns.to_owned(), name.to_owned()))
@@ -108,6 +120,7 @@ mod tests {
             Command::Vnc { preserve_session: false },
             Command::Pause,
             Command::Unpause,
+            Command::Screenshot,
         ] {
             let p = c.path("ns", "vm");
             let (path, query) = p.split_once('?').map_or((p.as_str(), None), |(a, b)| (a, Some(b)));
@@ -118,5 +131,6 @@ mod tests {
         assert_eq!(Command::parse("/v1/namespaces//virtualmachineinstances/vm/console", None), None);
         assert_eq!(Command::parse("/v1/namespaces/ns/virtualmachineinstances/vm/freeze", None), None);
         assert!(Command::Console.is_stream() && !Command::Pause.is_stream());
+        assert!(Command::Screenshot.is_get() && !Command::Screenshot.is_stream() && !Command::Pause.is_get());
     }
 }
