@@ -158,13 +158,9 @@ async fn handle(req: Request<Incoming>, peer: Arc<tls::Peer>, node: Arc<Node>) -
             stream(req, &node, vmi_uid, StreamKind::Vnc, preserve_session, dir.vnc()).await
         }
         Command::Screenshot => {
-            let (uri, domain) = (dir.libvirt_uri(), domain_name(&ns, &name));
-            let r = blocking(move || {
-                let conn = Libvirt::connect(&uri)?;
-                let Some(dom) = conn.lookup(&domain)? else { return Ok(None) };
-                conn.screenshot(&dom, MAX_SCREENSHOT).map(Some)
-            })
-            .await;
+            let r =
+                on_domain(dir.libvirt_uri(), domain_name(&ns, &name), |conn, dom| conn.screenshot(dom, MAX_SCREENSHOT))
+                    .await;
             match r {
                 Ok(Some((_, data))) if data.len() > MAX_SCREENSHOT => text(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -188,24 +184,42 @@ async fn handle(req: Request<Incoming>, peer: Arc<tls::Peer>, node: Arc<Node>) -
             }
         }
         Command::Pause | Command::Unpause => {
-            let (uri, domain, pause) = (dir.libvirt_uri(), domain_name(&ns, &name), command == Command::Pause);
-            let r = blocking(move || {
-                let conn = Libvirt::connect(&uri)?;
-                let Some(dom) = conn.lookup(&domain)? else { return Ok(false) };
-                if pause { dom.suspend() } else { dom.resume() }.map(|()| true)
-            })
-            .await;
+            let pause = command == Command::Pause;
+            let r =
+                on_domain(
+                    dir.libvirt_uri(),
+                    domain_name(&ns, &name),
+                    move |_, dom| {
+                        if pause { dom.suspend() } else { dom.resume() }
+                    },
+                )
+                .await;
             match r {
-                Ok(true) => {
+                Ok(Some(())) => {
                     tracing::info!(vmi = %format!("{ns}/{name}"), command = command.name(), "done");
                     text(StatusCode::OK, "")
                 }
-                Ok(false) => text(StatusCode::BAD_REQUEST, format!("VMI {ns}/{name} has no domain")),
+                Ok(None) => text(StatusCode::BAD_REQUEST, format!("VMI {ns}/{name} has no domain")),
                 Err(e) if e.kind() == ErrorKind::InvalidState => text(StatusCode::CONFLICT, e.line()),
                 Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.line()),
             }
         }
     }
+}
+
+/// `f` on the domain `domain` of the launcher's libvirt at `uri`, off the async runtime; `None` when there is no
+/// such domain.
+async fn on_domain<T: Send + 'static>(
+    uri: String,
+    domain: String,
+    f: impl FnOnce(&Libvirt, &crate::libvirt::Domain) -> crate::libvirt::Result<T> + Send + 'static,
+) -> crate::libvirt::Result<Option<T>> {
+    blocking(move || {
+        let conn = Libvirt::connect(&uri)?;
+        let Some(dom) = conn.lookup(&domain)? else { return Ok(None) };
+        f(&conn, &dom).map(Some)
+    })
+    .await
 }
 
 /// Attaches a stream to the QEMU socket `socket`: the session registry first (the previous session of this VMI

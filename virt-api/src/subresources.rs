@@ -372,15 +372,18 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
 
 /// The request body's options (`{}` or empty: the defaults).
 async fn options(req: Request<Incoming>) -> Result<Options, Refusal> {
-    let body = Limited::new(req.into_body(), MAX_BODY)
+    let Some(body) = body(req, MAX_BODY).await? else { return Ok(Options::default()) };
+    serde_json::from_slice(&body).map_err(|e| Refusal::bad_request(unmarshal_error(&e)))
+}
+
+/// The request body, at most `limit` bytes (`None`: empty or only whitespace).
+async fn body(req: Request<Incoming>, limit: usize) -> Result<Option<Bytes>, Refusal> {
+    let body = Limited::new(req.into_body(), limit)
         .collect()
         .await
         .map_err(|e| Refusal::bad_request(format!("reading the body: {e}")))?
         .to_bytes();
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Options::default());
-    }
-    serde_json::from_slice(&body).map_err(|e| Refusal::bad_request(unmarshal_error(&e)))
+    Ok((!body.iter().all(u8::is_ascii_whitespace)).then_some(body))
 }
 
 /// `expand-spec` of the stored VM `ns/name`: upstream's 404 for an unknown VM, a 500 when it cannot be read or
@@ -402,14 +405,7 @@ async fn expand_spec(
     config: &Config,
     ns: &str,
 ) -> Result<Value, Answer> {
-    let body = Limited::new(req.into_body(), expand::MAX_VM_BODY)
-        .collect()
-        .await
-        .map_err(|e| Refusal::bad_request(format!("reading the body: {e}")))?
-        .to_bytes();
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(Refusal::bad_request("empty request body").into());
-    }
+    let body = body(req, expand::MAX_VM_BODY).await?.ok_or_else(|| Refusal::bad_request("empty request body"))?;
     let mut vm: VirtualMachine =
         serde_json::from_slice(&body).map_err(|e| Refusal::bad_request(unmarshal_error(&e)))?;
     match vm.metadata.namespace.as_deref() {
@@ -422,11 +418,8 @@ async fn expand_spec(
 
 /// `vm` with its instancetype and preference read and applied (the error text, as upstream words it).
 async fn expanded(client: &kube::Client, config: &Config, ns: &str, vm: &VirtualMachine) -> Result<Value, String> {
-    let e = if vm.spec.instancetype.is_some() || vm.spec.preference.is_some() {
-        lookup::expansion(client, ns, vm).await.map_err(|m| m.message().to_owned())?
-    } else {
-        Default::default()
-    };
+    // Reads nothing when the VM names neither.
+    let e = lookup::expansion(client, ns, vm).await.map_err(|m| m.message().to_owned())?;
     let out = expand::expand(vm, &e, config)?;
     serde_json::to_value(&out).map_err(|e| e.to_string())
 }
