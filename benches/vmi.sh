@@ -27,7 +27,7 @@
 #   2. Memory of that launcher pod, from the host: every process in the pod's container cgroups (found under
 #      /sys/fs/cgroup by the pod UID and the containers' IDs, as kubelet's cgroupfs driver lays them out), VmRSS and
 #      Pss each, VMI_BENCH_SETTLE (5) s after the marker; the overhead is everything except QEMU (libvirtd,
-#      virt-launcher, udhcpd, the console tail, the sandbox). Target: ≤ 100 MiB. QEMU's RSS next to the anchor's,
+#      virt-launcher with its DHCP thread, the console tail, the sandbox). Target: ≤ 100 MiB. QEMU's RSS next to the anchor's,
 #      and the pod's `kubevirt.io/memory-overhead-bytes` annotation (what we request) next to what is used.
 #   3. Scale: N VMIs created with one `kubectl create`; time until all Running and until all markers, per VMI
 #      average; API requests per VMI from the components' own counters (vm-controller pods:

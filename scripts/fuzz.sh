@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the fuzz targets, each for a bounded time (default 60 s): `scripts/fuzz.sh [SECONDS] [TARGET...]`.
-# Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter) and parent (the parent-image
-# finder of the formats delegated to qemu-img: vhd, vhdx, vmdk, vdi).
+# Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter), parent (the parent-image
+# finder of the formats delegated to qemu-img: vhd, vhdx, vmdk, vdi) and dhcp (the launcher's DHCP server).
 # With FUZZ_RUNS=N each target instead runs exactly N inputs with a fixed seed from its seed corpus (deterministic:
 # what the test command uses, so CI cannot flake on a new random find; open-ended hunting is the timed mode).
 # Installs cargo-fuzz and the nightly toolchain when missing, seeds each corpus with small images made by qemu-img
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 parent)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 parent dhcp)
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
@@ -64,11 +64,33 @@ seed_parent() {
   put "$seeds/parent.vhdx" $(((320 << 10) + (64 << 10) + 4)) 02 00 00 00 # file parameters: has parent
 }
 
+# dhcp_message FILE TYPE [OPTION-HEX...]: a BOOTREQUEST from the guest's MAC 02:6b:76:72:73:01 with DHCP
+# message type TYPE and further options, ended.
+dhcp_message() {
+  local f=$1 type=$2; shift 2
+  head -c 240 /dev/zero >"$f"
+  put "$f" 0 01 01 06 00 12 34 56 78
+  put "$f" 28 02 6b 76 72 73 01
+  put "$f" 236 63 82 53 63 35 01 "$type" "$@" ff
+}
+
+seed_dhcp() {
+  local seeds=$1
+  dhcp_message "$seeds/discover" 01 37 04 01 03 06 0f
+  dhcp_message "$seeds/request" 03 32 04 0a 00 02 02 36 04 0a 00 02 01
+  dhcp_message "$seeds/request-other" 03 32 04 c0 a8 01 07
+  dhcp_message "$seeds/inform" 08
+  cp "$seeds/inform" "$seeds/renew"
+  put "$seeds/renew" 12 0a 00 02 02 # ciaddr
+  put "$seeds/renew" 242 03          # REQUEST
+}
+
 for t in "${TARGETS[@]}"; do
   case $t in
     qcow2) max_len=262144 ;;
     parent) max_len=524288 ;;
-    *) echo "unknown fuzz target $t (expected qcow2 or parent)" >&2; exit 2 ;;
+    dhcp) max_len=1500 ;;
+    *) echo "unknown fuzz target $t (expected qcow2, parent or dhcp)" >&2; exit 2 ;;
   esac
   SEEDS=fuzz/corpus/$t
   mkdir -p "$SEEDS"

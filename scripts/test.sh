@@ -34,7 +34,7 @@ tests/infra/registry-env.sh up
 step "workspace tests"
 cargo test --workspace --no-fail-fast
 
-step "fuzz smoke (qcow2 parser and converter, parent-image finder; deterministic)"
+step "fuzz smoke (qcow2 parser and converter, parent-image finder, DHCP server; deterministic)"
 FUZZ_RUNS=3000 scripts/fuzz.sh
 
 # --- VMs (issue 12): the test guest and the virt-launcher image, booted for real under the launcher rootfs's

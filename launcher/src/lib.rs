@@ -8,7 +8,7 @@
 //! run:
 //!  1. SocketDir::in_pod() created (0750, group qemu), stale ready/failed/terminating/done removed
 //!  2. disks::plan (pure) ─► disks::prepare     containerDisk overlays, emptyDisks, cloud-init ISOs, PVC images
-//!  3. network::plan (pure) ─► network::apply    masquerade: bridge, tap0, nftables, udhcpd
+//!  3. network::plan (pure) ─► network::apply    masquerade: bridge, tap0, nftables, the DHCP server (dhcp)
 //!  4. libvirtd::Libvirtd::start                 copy of libvirtd.conf (unix_sock_dir), socket answers;
 //!     serial log directory and QEMU's socket directory (qemu-owned) ─► ready
 //!     any failure in 1–4 ─► failed + termination log, one line; exit 1
@@ -16,15 +16,16 @@
 //!       done                  ─► stop libvirtd, exit 0
 //!       SIGTERM / SIGINT      ─► terminating, shutdown::stop_domain (ACPI, grace, destroy),
 //!                                up to 5 s for done, stop libvirtd, exit 0
-//!       libvirtd/udhcpd exits ─► termination log, exit 1
+//!       libvirtd exits / DHCP stops ─► termination log, exit 1
 //! ```
 //!
-//! The preparation steps are plain functions (the tools run to completion); libvirtd, udhcpd and virsh run as
+//! The preparation steps are plain functions (the tools run to completion); libvirtd and virsh run as
 //! children of the launcher, and orphans re-parented to it (it is PID 1) are reaped by [`reaper`].
 
 #![deny(missing_docs)]
 
 pub mod cloudinit;
+pub mod dhcp;
 pub mod disks;
 pub mod files;
 pub mod layout;
@@ -120,7 +121,7 @@ pub enum Error {
     #[error("libvirtd {} while the VM's pod was running", libvirtd::describe(*.0))]
     LibvirtdExited(std::process::ExitStatus),
     /// The DHCP server exited while the pod ran.
-    #[error("the guest's DHCP server (busybox udhcpd) {0} while the VM's pod was running")]
+    #[error("the guest's DHCP server {0} while the VM's pod was running")]
     DhcpExited(String),
     /// Stopping the domain failed.
     #[error("stopping the domain {domain}")]
@@ -278,7 +279,7 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     };
 
     // 4. libvirtd, the serial log's directory, ready.
-    let reaper = reaper::Reaper::start(network.as_ref().map(|n| n.dhcp.pid())).map_err(Error::Reaper)?;
+    let reaper = reaper::Reaper::start([]).map_err(Error::Reaper)?;
     let libvirtd_config = libvirtd::Config {
         program: config.libvirtd.clone(),
         conf_source: layout.at(launcher::LIBVIRTD_CONF),
@@ -347,7 +348,7 @@ fn warm_up_libvirt(config: &Config, reaper: &reaper::Reaper, socket_dir: &Path) 
 async fn serve(config: &Config, running: &mut Running, terminate: impl Future<Output = ()>) -> Result<Outcome, Error> {
     let sockets = SocketDir::in_pod();
     let done = config.layout.at(sockets.done());
-    let dhcp = running.network.as_mut().map(|n| &mut n.dhcp);
+    let dhcp = running.network.as_ref().map(|n| &n.dhcp);
     let event = libvirtd::supervise(&mut running.libvirtd, &done, dhcp, terminate).await;
     let outcome = match event {
         libvirtd::Event::LibvirtdExited(Ok(status)) => return Err(Error::LibvirtdExited(status)),

@@ -5,7 +5,7 @@
 //!             libvirtd -f <copy> -p <pid file>   (stderr is the container log)
 //!             ready once <socket dir>/libvirt-sock accepts a connection (bounded; libvirtd exiting first fails)
 //! supervise:  libvirtd exits             → Event::LibvirtdExited
-//!             udhcpd exits               → Event::DhcpExited
+//!             the DHCP server stops      → Event::DhcpExited
 //!             done_file(pod) appears     → Event::Done        (node agent: the VMI's final phase is recorded)
 //!             SIGTERM / SIGINT           → Event::Terminate   (kubelet: the pod is being deleted)
 //! stop:       SIGTERM, wait, SIGKILL after the timeout
@@ -20,7 +20,7 @@ use std::time::Duration;
 use rustix::process::{Pid, Signal};
 use tokio::process::Command;
 
-use crate::network::DhcpServer;
+use crate::dhcp::DhcpServer;
 use crate::reaper::{OwnedChild, Reaper};
 
 /// Why libvirtd could not be started or stopped.
@@ -232,7 +232,7 @@ const POLL: Duration = Duration::from_millis(250);
 pub async fn supervise(
     libvirtd: &mut Libvirtd,
     done_file: &Path,
-    mut dhcp: Option<&mut DhcpServer>,
+    dhcp: Option<&DhcpServer>,
     terminate: impl Future<Output = ()>,
 ) -> Event {
     tokio::pin!(terminate);
@@ -245,7 +245,7 @@ pub async fn supervise(
                 if tokio::fs::try_exists(done_file).await.unwrap_or(false) {
                     return Event::Done;
                 }
-                if let Some(message) = dhcp.as_deref_mut().and_then(DhcpServer::exited) {
+                if let Some(message) = dhcp.and_then(DhcpServer::exited) {
                     return Event::DhcpExited(message);
                 }
             }

@@ -1,27 +1,23 @@
 //! The pod network (contract §2.4, §7.2): the masquerade binding in the launcher pod's network namespace, a port
-//! of `deploy/launcher/masquerade.sh`. [`plan`] reads the spec, [`nft_ruleset`] and [`udhcpd_config`] render
-//! (pure, table-tested), [`apply`] runs `ip`, `nft -f` and `busybox udhcpd`.
+//! of `deploy/launcher/masquerade.sh`. [`plan`] reads the spec, [`nft_ruleset`] and [`dhcp_lease`] render
+//! (pure, table-tested), [`apply`] runs `ip` and `nft -f` and starts the guest's DHCP server ([`crate::dhcp`]).
 //!
 //! ```text
 //!  node ── eth0 (pod IP, from the CNI) ── nft `ip kubevirt_nat`: DNAT of the ports (all when none) to 10.0.2.2,
 //!                                         masquerade of 10.0.2.2 out of eth0, SNAT of pod-local clients
 //!          k6t-eth0 (bridge, 10.0.2.1/24) ── tap0 (owned by qemu 107; libvirt opens it: managed='no') ── guest
-//!          udhcpd on k6t-eth0: 10.0.2.2/24 static for the guest's MAC, router 10.0.2.1, the pod's DNS, MTU,
+//!          DHCP on k6t-eth0:   10.0.2.2/24 static for the guest's MAC, router 10.0.2.1, the pod's DNS, MTU,
 //!          hostname
 //! ```
 //!
 //! Only the masquerade binding on the pod network is implemented: the bridge binding (the pod IP moved to the
 //! guest) and Multus networks are refused with an error naming the interface or network.
 
-use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
-use std::io::{self, BufRead};
+use std::io;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use contracts::kubevirt::launcher::{
     MASQUERADE_GATEWAY, MASQUERADE_GUEST, MASQUERADE_NFT_TABLE, MASQUERADE_PREFIX, POD_BRIDGE, POD_INTERFACE, POD_TAP,
@@ -31,6 +27,7 @@ use crds::kubevirt::VirtualMachineInstanceSpec;
 use crds::kubevirt::domain::{Interface, Protocol};
 use serde::Deserialize;
 
+use crate::dhcp::{self, DhcpServer};
 use crate::files;
 use crate::tool;
 
@@ -190,11 +187,16 @@ pub enum Error {
         #[source]
         source: tool::Error,
     },
-    /// udhcpd could not be started or stopped at once.
-    #[error("the DHCP server (busybox udhcpd) {message}")]
-    Dhcp {
-        /// What happened, with its last messages.
-        message: String,
+    /// The DHCP server could not be started.
+    #[error(transparent)]
+    Dhcp(#[from] dhcp::Error),
+    /// The guest's MAC is not one.
+    #[error("interface {interface:?}: {mac:?} is not a MAC address")]
+    Mac {
+        /// The interface.
+        interface: String,
+        /// The MAC.
+        mac: String,
     },
 }
 
@@ -380,47 +382,28 @@ pub fn parse_resolv_conf(text: &str) -> Resolv {
     r
 }
 
-/// The netmask of a prefix length.
-fn netmask(prefix: u8) -> Ipv4Addr {
-    Ipv4Addr::from(u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0))
-}
+/// Seconds of the guest's lease (udhcpd's and upstream's day).
+pub const LEASE_SECS: u32 = 86400;
 
-/// busybox udhcpd's configuration: one lease (the guest's, static for its MAC), router, the pod's DNS, MTU,
-/// hostname; its lease and pid files in `state_dir`.
-pub fn udhcpd_config(m: &Masquerade, mtu: u32, resolv: &Resolv, state_dir: &Path) -> String {
-    let mut s = String::new();
-    let join = |v: &[String]| v.join(" ");
-    let _ = writeln!(s, "interface {POD_BRIDGE}");
-    let _ = writeln!(s, "start {MASQUERADE_GUEST}");
-    let _ = writeln!(s, "end {MASQUERADE_GUEST}");
-    let _ = writeln!(s, "max_leases 1");
-    let _ = writeln!(s, "auto_time 0");
-    let _ = writeln!(s, "lease_file {}", state_dir.join("udhcpd.leases").display());
-    let _ = writeln!(s, "pidfile {}", state_dir.join("udhcpd.pid").display());
-    let _ = writeln!(s, "opt subnet {}", netmask(MASQUERADE_PREFIX));
-    let _ = writeln!(s, "opt router {MASQUERADE_GATEWAY}");
-    let _ = writeln!(s, "opt mtu {mtu}");
-    let _ = writeln!(s, "opt lease 86400");
-    if !resolv.nameservers.is_empty() {
-        let _ = writeln!(s, "opt dns {}", join(&resolv.nameservers.iter().map(|n| n.to_string()).collect::<Vec<_>>()));
-    }
-    if !resolv.search.is_empty() {
-        let _ = writeln!(s, "opt search {}", join(&resolv.search));
-    }
-    if !m.hostname.is_empty() {
-        let _ = writeln!(s, "opt hostname {}", m.hostname);
-    }
-    if let Some(b) = &m.boot_file {
-        let _ = writeln!(s, "opt bootfile {b}");
-    }
-    if let Some(t) = &m.tftp_server {
-        let _ = writeln!(s, "opt tftp {t}");
-    }
-    if !m.ntp_servers.is_empty() {
-        let _ = writeln!(s, "opt ntpsrv {}", join(&m.ntp_servers.iter().map(|n| n.to_string()).collect::<Vec<_>>()));
-    }
-    let _ = writeln!(s, "static_lease {} {MASQUERADE_GUEST}", m.mac);
-    s
+/// The guest's DHCP lease: its static address for its MAC, router, the pod's DNS and search domains, the pod
+/// interface's MTU, hostname and the spec's DHCP options.
+pub fn dhcp_lease(m: &Masquerade, mtu: u32, resolv: &Resolv) -> Result<dhcp::Lease, Error> {
+    let mac =
+        dhcp::parse_mac(&m.mac).ok_or_else(|| Error::Mac { interface: m.interface.clone(), mac: m.mac.clone() })?;
+    Ok(dhcp::Lease {
+        mac,
+        address: MASQUERADE_GUEST,
+        prefix: MASQUERADE_PREFIX,
+        router: MASQUERADE_GATEWAY,
+        dns: resolv.nameservers.clone(),
+        search: resolv.search.clone(),
+        hostname: m.hostname.clone(),
+        mtu: u16::try_from(mtu).unwrap_or(u16::MAX),
+        lease_secs: LEASE_SECS,
+        boot_file: m.boot_file.clone(),
+        tftp_server: m.tftp_server.clone(),
+        ntp: m.ntp_servers.clone(),
+    })
 }
 
 /// The host side of [`apply`]: where things are.
@@ -430,7 +413,7 @@ pub struct Host {
     pub tun_device: PathBuf,
     /// The pod's resolver configuration (`/etc/resolv.conf`).
     pub resolv_conf: PathBuf,
-    /// Where the ruleset and udhcpd's files go ([`contracts::kubevirt::launcher::network_state_dir`]).
+    /// Where the ruleset goes ([`contracts::kubevirt::launcher::network_state_dir`]).
     pub state_dir: PathBuf,
     /// The tap's owner (the `qemu` user).
     pub tap_owner: u32,
@@ -538,9 +521,8 @@ pub fn apply(m: &Masquerade, host: &Host) -> Result<Applied, Error> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Resolv::default(),
         Err(source) => return Err(Error::Io { operation: "reading", path: host.resolv_conf.clone(), source }),
     };
-    let conf = write("udhcpd.conf", &udhcpd_config(m, mtu, &resolv, &host.state_dir))?;
-    write("udhcpd.leases", "")?;
-    let dhcp = DhcpServer::start(&conf)?;
+    let lease = dhcp_lease(m, mtu, &resolv)?;
+    let dhcp = DhcpServer::serve(dhcp::bind(POD_BRIDGE)?, lease)?;
     let ports = if m.ports.is_empty() {
         String::from("all")
     } else {
@@ -570,93 +552,6 @@ fn ensure_tun(tun: &Path) -> Result<(), Error> {
     )
     .map_err(|e| err(e.into()))?;
     std::fs::set_permissions(tun, std::os::unix::fs::PermissionsExt::from_mode(0o666)).map_err(err)
-}
-
-/// How long a just-started udhcpd may take to fail on its configuration before it counts as running.
-const DHCP_STARTUP: Duration = Duration::from_millis(300);
-
-/// busybox udhcpd in the foreground, as the launcher's child; its messages go to the launcher's stderr, the last
-/// ones are kept for the error when it ends.
-#[derive(Debug)]
-pub struct DhcpServer {
-    child: Child,
-    last_lines: Arc<Mutex<VecDeque<String>>>,
-}
-
-impl DhcpServer {
-    fn start(conf: &Path) -> Result<DhcpServer, Error> {
-        let mut cmd = Command::new("busybox");
-        // -f: foreground (the launcher supervises it); -a 0: no ARP probe before offering (the only address is
-        // the guest's; the probe delays the offer by 2 s).
-        cmd.args(["udhcpd", "-f", "-a", "0"])
-            .arg(conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // Its own process group: signals to the launcher's group are the launcher's to handle.
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let mut child = cmd.spawn().map_err(|e| Error::Dhcp { message: format!("cannot be started: {e}") })?;
-        let last_lines = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(stderr) = child.stderr.take() {
-            let keep = Arc::clone(&last_lines);
-            std::thread::spawn(move || {
-                for line in io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                    eprintln!("{line}");
-                    if let Ok(mut k) = keep.lock() {
-                        k.push_back(line);
-                        while k.len() > 3 {
-                            k.pop_front();
-                        }
-                    }
-                }
-            });
-        }
-        let mut server = DhcpServer { child, last_lines };
-        let deadline = std::time::Instant::now() + DHCP_STARTUP;
-        while std::time::Instant::now() < deadline {
-            if let Some(message) = server.exited() {
-                return Err(Error::Dhcp { message });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-
-    /// Its process ID.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// `Some(what happened)` once it has ended (it should not).
-    pub fn exited(&mut self) -> Option<String> {
-        let status = match self.child.try_wait() {
-            Ok(Some(status)) => status,
-            Ok(None) => return None,
-            Err(e) => return Some(format!("cannot be waited for: {e}")),
-        };
-        // Give the reader thread a moment to collect the last lines.
-        std::thread::sleep(Duration::from_millis(50));
-        let said = self.last_lines.lock().map(|l| l.iter().cloned().collect::<Vec<_>>().join(" ")).unwrap_or_default();
-        Some(describe_exit(status, &said))
-    }
-}
-
-fn describe_exit(status: ExitStatus, said: &str) -> String {
-    let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (None, Some(s)) => format!("was killed by {}", controller_runtime::limits::Signal(s)),
-        (None, None) => String::from("ended"),
-    };
-    if said.is_empty() { how } else { format!("{how}: {said}") }
-}
-
-impl Drop for DhcpServer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 #[cfg(test)]
@@ -731,39 +626,24 @@ mod tests {
     }
 
     #[test]
-    fn udhcpd_config_offers_the_guest_lease() {
+    fn the_dhcp_lease_carries_the_pods_settings() {
         let resolv = parse_resolv_conf(
             "# comment\nnameserver 10.96.0.10\nnameserver fd00::10\nsearch default.svc.cluster.local svc.cluster.local\noptions ndots:5\n",
         );
         assert_eq!(resolv.nameservers, [Ipv4Addr::new(10, 96, 0, 10)]);
-        let state = Path::new("/run/kubevirt-rs/launcher/net");
-        let common = "interface k6t-eth0
-start 10.0.2.2
-end 10.0.2.2
-max_leases 1
-auto_time 0
-lease_file /run/kubevirt-rs/launcher/net/udhcpd.leases
-pidfile /run/kubevirt-rs/launcher/net/udhcpd.pid
-opt subnet 255.255.255.0
-opt router 10.0.2.1
-";
-        assert_eq!(
-            udhcpd_config(&masq(vec![], "02:6b:76:72:73:01"), 1450, &resolv, state),
-            format!(
-                "{common}opt mtu 1450\nopt lease 86400\nopt dns 10.96.0.10\nopt search default.svc.cluster.local \
-                 svc.cluster.local\nopt hostname testvmi\nstatic_lease 02:6b:76:72:73:01 10.0.2.2\n"
-            )
-        );
+        let l = dhcp_lease(&masq(vec![], "02:6b:76:72:73:01"), 1450, &resolv).unwrap();
+        // The pod's settings are exactly those the DHCP server's own tests are written against.
+        assert_eq!(l, dhcp::tests::lease());
         let mut m = masq(vec![], "02:00:00:00:00:01");
         m.boot_file = Some("pxelinux.0".into());
         m.ntp_servers = vec![Ipv4Addr::new(10, 0, 0, 5)];
+        let l = dhcp_lease(&m, 1500, &Resolv::default()).unwrap();
         assert_eq!(
-            udhcpd_config(&m, 1500, &Resolv::default(), state),
-            format!(
-                "{common}opt mtu 1500\nopt lease 86400\nopt hostname testvmi\nopt bootfile pxelinux.0\nopt ntpsrv \
-                 10.0.0.5\nstatic_lease 02:00:00:00:00:01 10.0.2.2\n"
-            )
+            (l.boot_file.as_deref(), l.ntp.as_slice(), l.dns.len()),
+            (Some("pxelinux.0"), &m.ntp_servers[..], 0)
         );
+        let e = dhcp_lease(&masq(vec![], "nope"), 1500, &Resolv::default()).unwrap_err();
+        assert_eq!(e.to_string(), "interface \"default\": \"nope\" is not a MAC address");
     }
 
     #[test]
@@ -847,12 +727,5 @@ opt router 10.0.2.1
         for (n, i, want) in cases {
             assert_eq!(err(n.clone(), i.clone()).as_deref(), Some(want), "{n} {i}");
         }
-    }
-
-    #[test]
-    fn netmasks() {
-        assert_eq!(netmask(24), Ipv4Addr::new(255, 255, 255, 0));
-        assert_eq!(netmask(0), Ipv4Addr::new(0, 0, 0, 0));
-        assert_eq!(netmask(32), Ipv4Addr::new(255, 255, 255, 255));
     }
 }

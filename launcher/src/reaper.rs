@@ -9,7 +9,7 @@
 //! at least every second.
 //!
 //! Assumption: nothing else in the process waits for children it did not start through [`Reaper::spawn`] while the
-//! reaper runs (the launcher starts it after preparing, when only libvirtd, udhcpd and virsh are run).
+//! reaper runs (the launcher starts it after preparing, when only libvirtd and virsh are run).
 
 use std::collections::BTreeSet;
 use std::io;

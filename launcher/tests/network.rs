@@ -1,8 +1,8 @@
 //! The masquerade binding applied for real in fresh network namespaces: a "pod" (eth0 = a veth from a "node"
 //! namespace, with the pod IP), and a "guest" namespace whose eth0 is attached to the pod's bridge in place of
-//! QEMU's tap. Asserted: the nftables table, tap0 owned by 107 on the bridge, forwarding on, a DHCP client (busybox
-//! udhcpc) in the guest gets 10.0.2.2 with router 10.0.2.1 and the pod's DNS and hostname, the node reaches the
-//! guest's web server through the pod IP on the forwarded port only, and the guest reaches the node (masquerade).
+//! QEMU's tap. Asserted: the nftables table, tap0 owned by 107 on the bridge, forwarding on, our DHCP server gives
+//! a DHCP client (busybox udhcpc) in the guest 10.0.2.2 with router 10.0.2.1 and the pod's DNS, search domain and
+//! hostname, the node reaches the guest's web server through the pod IP on the forwarded port only, and the guest reaches the node (masquerade).
 //! Needs root (namespaces, links, nftables).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
@@ -121,7 +121,7 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
     })
     .join()
     .unwrap();
-    let mut applied = applied.unwrap_or_else(|e| panic!("{}", contracts::errors::chain_line(&e)));
+    let applied = applied.unwrap_or_else(|e| panic!("{}", contracts::errors::chain_line(&e)));
     assert_eq!(
         applied.summary,
         format!("masquerade: pod eth0 {pod_ip}/30, guest 10.0.2.2 via k6t-eth0/tap0, ports tcp dport 80")
@@ -147,7 +147,7 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
     assert_eq!(pod.run(&["cat", "/proc/sys/net/ipv4/conf/all/route_localnet"]).trim(), "1");
     let bridge: serde_json::Value =
         serde_json::from_str(&pod.run(&["ip", "-j", "addr", "show", "dev", POD_BRIDGE])).unwrap();
-    assert_eq!(bridge[0]["addr_info"][0]["local"], MASQUERADE_GATEWAY, "{bridge}");
+    assert_eq!(bridge[0]["addr_info"][0]["local"], MASQUERADE_GATEWAY.to_string(), "{bridge}");
 
     // The "guest": a veth on the bridge (where QEMU's tap would be), with the spec's MAC.
     let (g_br, g_if) = (format!("kvg{id}"), format!("kvh{id}"));
@@ -197,13 +197,14 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
         .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
         .collect();
     let get = |k: &str| lease.get(k).map(String::as_str).unwrap_or_else(|| panic!("{k} missing from {lease:?}"));
-    assert_eq!(get("ip"), MASQUERADE_GUEST);
-    assert_eq!(get("router").trim(), MASQUERADE_GATEWAY);
+    assert_eq!(get("ip"), MASQUERADE_GUEST.to_string());
+    assert_eq!(get("router").trim(), MASQUERADE_GATEWAY.to_string());
     assert_eq!(get("subnet"), "255.255.255.0");
     assert_eq!(get("dns").trim(), "10.96.0.10");
+    assert_eq!(get("search").trim(), "default.svc.cluster.local");
     assert_eq!(get("hostname"), "testvmi");
     assert_eq!(get("mtu"), "1500");
-    assert!(applied.dhcp.exited().is_none(), "udhcpd keeps running");
+    assert!(applied.dhcp.exited().is_none(), "the DHCP server keeps running");
 
     // Ports: the node reaches the guest's port 80 through the pod IP, not its port 81 (not forwarded).
     let www = t.path().join("www");
@@ -228,8 +229,16 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
     assert!(out.status.success(), "guest → node: {out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "node page\n");
 
-    let udhcpd = applied.dhcp.pid();
-    assert!(std::fs::read_to_string(format!("/proc/{udhcpd}/cmdline")).unwrap().contains("udhcpd"));
+    // Dropping the handle stops the server and frees its socket: port 67 on the bridge can be bound again.
     drop(applied);
-    assert!(!std::path::Path::new(&format!("/proc/{udhcpd}")).exists(), "udhcpd stopped (and reaped) with the handle");
+    let ns_path = format!("/run/netns/{}", pod.0);
+    let rebound = std::thread::spawn(move || {
+        let ns = std::fs::File::open(&ns_path).unwrap();
+        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
+            .unwrap();
+        virt_launcher::dhcp::bind(POD_BRIDGE).map(drop)
+    })
+    .join()
+    .unwrap();
+    rebound.unwrap_or_else(|e| panic!("port 67 still taken after the server was dropped: {e}"));
 }

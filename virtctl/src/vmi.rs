@@ -8,6 +8,9 @@
 //! vnc VMI [--proxy-only] [--port N] [--address A] [--preserve-session]
 //!                               websocket …/vnc ─► listen A:N ─► {"port": N} (proxy-only) or a VNC viewer
 //!                               ─► one client's bytes ↔ the stream
+//! vnc screenshot VMI --file F|- [--move-cursor]
+//!                               GET …/virtualmachineinstances/VMI/vnc/screenshot?moveCursor=B ─► the PNG into F
+//!                               (0644) or stdout
 //! pause|unpause vm|vmi NAME [--dry-run]   PUT …/virtualmachineinstances/NAME/pause|unpause {dryRun}
 //!                               ─► "VMI NAME was scheduled to pause"
 //! ```
@@ -77,12 +80,9 @@ pub async fn open(client: &kube::Client, path_and_query: &str) -> Result<Stream,
     if status != http::StatusCode::SWITCHING_PROTOCOLS {
         let body =
             http_body_util::BodyExt::collect(response.into_body()).await.map(|b| b.to_bytes()).unwrap_or_default();
-        let message = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| {
-                format!("Can't connect to websocket ({}): {}", status.as_u16(), String::from_utf8_lossy(&body).trim())
-            });
+        let message = status_message(&body).unwrap_or_else(|| {
+            format!("Can't connect to websocket ({}): {}", status.as_u16(), String::from_utf8_lossy(&body).trim())
+        });
         return Err(OpenError::Status(status.as_u16(), message));
     }
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
@@ -91,6 +91,11 @@ pub async fn open(client: &kube::Client, path_and_query: &str) -> Result<Stream,
     }
     let upgraded = hyper::upgrade::on(response).await.map_err(|e| OpenError::Other(e.to_string()))?;
     Ok(WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, None).await)
+}
+
+/// The `message` of a `metav1.Status` body.
+fn status_message(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| v["message"].as_str().map(str::to_owned))
 }
 
 /// Flags of `console`.
@@ -215,9 +220,14 @@ fn stdin_chunks() -> tokio::sync::mpsc::Receiver<bytes::Bytes> {
 
 /// Flags of `vnc`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct VncArgs {
+    /// `screenshot`.
+    #[command(subcommand)]
+    pub command: Option<VncCommand>,
     /// The VirtualMachineInstance.
-    pub name: String,
+    #[arg(required = true)]
+    pub name: Option<String>,
     /// Only run the proxy and print the port VNC viewers can connect to (`{"port": N}`).
     #[arg(long)]
     pub proxy_only: bool,
@@ -232,10 +242,59 @@ pub struct VncArgs {
     pub preserve_session: bool,
 }
 
+/// Subcommands of `vnc`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum VncCommand {
+    /// Create a VNC screenshot of a virtual machine instance.
+    Screenshot(ScreenshotArgs),
+}
+
+/// Flags of `vnc screenshot`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScreenshotArgs {
+    /// The VirtualMachineInstance.
+    pub name: String,
+    /// Where to store the VNC screenshot in PNG format. Use '-' for stdout.
+    #[arg(long, short = 'f', required = true)]
+    pub file: String,
+    /// Move the cursor to wake up the screen in case of screensavers.
+    #[arg(long, short = 'm')]
+    pub move_cursor: bool,
+}
+
+/// `virtctl vnc screenshot`: `Err` is upstream's text to print (exit 1). Nothing is written unless the server
+/// answered with an image.
+pub async fn screenshot(args: &ScreenshotArgs, client: kube::Client, namespace: &str) -> Result<(), String> {
+    let denied = |e: String| format!("Can't access VMI {}: {e}", args.name);
+    let uri = format!("{}?moveCursor={}", path(namespace, &args.name, "vnc/screenshot"), args.move_cursor);
+    let request = http::Request::get(uri).body(kube::client::Body::empty()).map_err(|e| denied(e.to_string()))?;
+    let response = client.send(request).await.map_err(|e| denied(e.to_string()))?;
+    let status = response.status();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map(|b| b.to_bytes())
+        .map_err(|e| denied(e.to_string()))?;
+    if !status.is_success() {
+        let message = status_message(&body).unwrap_or_else(|| {
+            format!("the server answered {}: {}", status.as_u16(), String::from_utf8_lossy(&body).trim())
+        });
+        return Err(denied(message));
+    }
+    if args.file == "-" {
+        std::io::stdout().write_all(&body).map_err(|e| format!("failed to write image to stdout: {e}"))
+    } else {
+        std::fs::write(&args.file, &body).map_err(|e| format!("Can't write image to a file: {e}"))
+    }
+}
+
 /// `virtctl vnc`: `Err` is the text to print (exit 1).
 pub async fn vnc(args: &VncArgs, client: kube::Client, namespace: &str) -> Result<(), String> {
-    let path = format!("{}?preserveSession={}", path(namespace, &args.name, "vnc"), args.preserve_session);
-    let ws = open(&client, &path).await.map_err(|e| format!("can't access VMI {}: {e}", args.name))?;
+    if let Some(VncCommand::Screenshot(s)) = &args.command {
+        return screenshot(s, client, namespace).await;
+    }
+    let name = args.name.as_deref().unwrap_or_default();
+    let path = format!("{}?preserveSession={}", path(namespace, name, "vnc"), args.preserve_session);
+    let ws = open(&client, &path).await.map_err(|e| format!("can't access VMI {name}: {e}"))?;
     let address = if args.proxy_only { args.address.clone() } else { String::from("127.0.0.1") };
     let listener = tokio::net::TcpListener::bind((address.as_str(), args.port))
         .await

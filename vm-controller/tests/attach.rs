@@ -1,7 +1,7 @@
 //! The VMI subresources virt-api carries out through the node agent (issue 14): `console`, `vnc`, `pause`,
-//! `unpause`, `port-forward`, `expose` (the Service reached through kube-proxy), each with upstream's `virtctl`
-//! v1.8.0 and ours, and `vnc screenshot` with upstream's, on the same running guest, through the real kube-apiserver's aggregation layer, virt-api and
-//! the node agent's mutual-TLS API.
+//! `unpause`, `port-forward`, `expose` (the Service reached through kube-proxy), `vnc screenshot`, each with
+//! upstream's `virtctl` v1.8.0 and ours, on the same running guest, through the real kube-apiserver's aggregation
+//! layer, virt-api and the node agent's mutual-TLS API.
 //!
 //! Needs the test cluster and the installed stack (masquerade default); run with `--ignored --test-threads=1`.
 
@@ -399,23 +399,35 @@ async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Resul
     attach_with(&env, &upstream, &pod, "upstream").await?;
     attach_with(&env, &ours, &pod, "ours").await?;
 
-    // Upstream's `virtctl vnc screenshot`: a PNG of the guest's display (libvirt's PPM re-encoded by the node agent);
-    // an unknown VMI is refused before anything is written.
-    let shot = std::env::temp_dir().join(format!("kvrs-screenshot-{}.png", env.ns.name()));
-    let shot_arg = shot.to_string_lossy().into_owned();
-    let (code, out) = virtctl(&env, &upstream, &["vnc", "screenshot", VM, "-f", &shot_arg])?;
-    assert_eq!(code, 0, "{out}");
-    let png = std::fs::read(&shot).map_err(Error::io("reading the screenshot"))?;
-    let _ = std::fs::remove_file(&shot);
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 33, "not a PNG: {:?}", &png[..png.len().min(16)]);
-    assert_eq!(&png[12..16], b"IHDR");
-    let side = |at: usize| u32::from_be_bytes([png[at], png[at + 1], png[at + 2], png[at + 3]]);
-    let (width, height) = (side(16), side(20));
-    assert!((320..=4096).contains(&width) && (200..=4096).contains(&height), "{width}x{height}");
-    let (code, out) = virtctl(&env, &upstream, &["vnc", "screenshot", "no-such-vmi", "-f", &shot_arg])?;
-    assert_eq!(code, 1, "{out}");
-    assert!(out.contains("Can't access VMI no-such-vmi") && out.contains("not found"), "{out}");
-    assert!(!shot.exists(), "a refused screenshot wrote {shot_arg}");
+    // `virtctl vnc screenshot`, upstream's and ours: a PNG of the guest's display (libvirt's, passed through or
+    // re-encoded from PPM by the node agent), to a file and (ours) to stdout; an unknown VMI is refused before
+    // anything is written.
+    for (who, bin) in [("upstream", &upstream), ("ours", &ours)] {
+        let shot = std::env::temp_dir().join(format!("kvrs-screenshot-{}-{who}.png", env.ns.name()));
+        let shot_arg = shot.to_string_lossy().into_owned();
+        let (code, out) = virtctl(&env, bin, &["vnc", "screenshot", VM, "-f", &shot_arg])?;
+        assert_eq!(code, 0, "{who}: {out}");
+        let png = std::fs::read(&shot).map_err(Error::io("reading the screenshot"))?;
+        let _ = std::fs::remove_file(&shot);
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 33,
+            "{who}: not a PNG: {:?}",
+            &png[..png.len().min(16)]
+        );
+        assert_eq!(&png[12..16], b"IHDR", "{who}");
+        let side = |at: usize| u32::from_be_bytes([png[at], png[at + 1], png[at + 2], png[at + 3]]);
+        let (width, height) = (side(16), side(20));
+        assert!((320..=4096).contains(&width) && (200..=4096).contains(&height), "{who}: {width}x{height}");
+        let (code, out) = virtctl(&env, bin, &["vnc", "screenshot", "no-such-vmi", "-f", &shot_arg])?;
+        assert_eq!(code, 1, "{who}: {out}");
+        assert!(out.contains("Can't access VMI no-such-vmi") && out.contains("not found"), "{who}: {out}");
+        assert!(!shot.exists(), "{who}: a refused screenshot wrote {shot_arg}");
+    }
+    let out = virtctl_command(&env, &ours, &["vnc", "screenshot", VM, "--file", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(Error::io("virtctl"))?;
+    assert!(out.status.success() && out.stdout.starts_with(b"\x89PNG\r\n\x1a\n"), "ours to stdout: {:?}", out.status);
     // The guest has no agent: upstream's virtctl gets upstream's clear refusal for what needs one.
     // (for guestosinfo upstream's client prints its generic text for the 409; the API's message is upstream's.)
     for sub in ["guestosinfo", "fslist", "userlist"] {

@@ -202,7 +202,7 @@ pub fn libvirtd_pid_file() -> String {
     format!("{LAUNCHER_STATE_DIR}/libvirtd.pid")
 }
 
-/// The masquerade binding's files: the nftables ruleset applied, udhcpd's configuration, leases and pid file.
+/// The masquerade binding's files: the nftables ruleset applied.
 pub fn network_state_dir() -> String {
     format!("{LAUNCHER_STATE_DIR}/net")
 }
@@ -216,9 +216,9 @@ pub const POD_BRIDGE: &str = "k6t-eth0";
 /// The nftables table (family `ip`) of the masquerade binding (upstream's name).
 pub const MASQUERADE_NFT_TABLE: &str = "kubevirt_nat";
 /// The gateway address the guest sees on the masquerade network.
-pub const MASQUERADE_GATEWAY: &str = "10.0.2.1";
+pub const MASQUERADE_GATEWAY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 2, 1);
 /// The address the guest gets by DHCP on the masquerade network.
-pub const MASQUERADE_GUEST: &str = "10.0.2.2";
+pub const MASQUERADE_GUEST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 2, 2);
 /// The masquerade network's prefix length.
 pub const MASQUERADE_PREFIX: u8 = 24;
 
