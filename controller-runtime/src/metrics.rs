@@ -19,7 +19,12 @@ impl Registry {
         Registry(prometheus_client::registry::Registry::with_prefix(prefix))
     }
 
-    /// Registers `metric` as `<prefix>_<name>`.
+    /// A registry whose metric names are registered as they are (upstream's full names).
+    pub fn unprefixed() -> Registry {
+        Registry(prometheus_client::registry::Registry::default())
+    }
+
+    /// Registers `metric` as `<prefix>_<name>` (as `<name>` when [`Registry::unprefixed`]).
     pub fn register(&mut self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
         self.0.register(name, help, metric);
     }

@@ -35,6 +35,7 @@ pub mod expand;
 pub mod hyperv;
 pub mod lifecycle;
 pub mod lookup;
+pub mod metrics;
 pub mod node;
 pub mod pki;
 pub mod portforward;

@@ -40,7 +40,13 @@ fn main() -> ExitCode {
                             );
                         })
                         .ok();
-                    Some(Arc::new(Subresources { auth, client: c.clone(), nodes, config: config.clone() }))
+                    Some(Arc::new(Subresources {
+                        auth,
+                        client: c.clone(),
+                        nodes,
+                        config: config.clone(),
+                        metrics: Arc::default(),
+                    }))
                 }
                 Err(e) => {
                     tracing::error!("the subresource API is off: {e:#}");

@@ -138,6 +138,11 @@ async fn handle(
     if path == "/healthz" && req.method() == Method::GET {
         return respond(StatusCode::OK, "text/plain", "ok");
     }
+    // As upstream's virt-api: the metrics on the HTTPS port, without client authentication.
+    if path == "/metrics" && req.method() == Method::GET {
+        let text = subresources.map(|s| s.metrics.render()).unwrap_or_default();
+        return respond(StatusCode::OK, "text/plain; version=0.0.4", text);
+    }
     let Some(webhook) = Webhook::for_path(&path) else {
         return respond(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n");
     };

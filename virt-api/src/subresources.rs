@@ -39,6 +39,7 @@ use crate::Config;
 use crate::expand;
 use crate::lifecycle::{self, Lifecycle, Options, Patch, Refusal};
 use crate::lookup;
+use crate::metrics::{Active, Connection, Metrics};
 use crate::node::NodeClient;
 use crate::portforward;
 use crate::server::respond;
@@ -59,6 +60,8 @@ pub struct Subresources {
     pub nodes: Option<NodeClient>,
     /// The cluster configuration `expand-spec` applies defaults with (the webhooks' own).
     pub config: Arc<Config>,
+    /// The connection metrics (served at `/metrics`).
+    pub metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Subresources {
@@ -319,7 +322,7 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
             let Some(nodes) = s.nodes.clone() else {
                 return failure(503, "ServiceUnavailable", "virt-api has no client certificate for the node agents");
             };
-            match vmi_request(req, &s.client, &nodes, &namespace, &name, command).await {
+            match vmi_request(req, &s.client, &nodes, &s.metrics, &namespace, &name, command).await {
                 Ok(response) => {
                     tracing::info!(user = who.user, vmi = %format!("{namespace}/{name}"), command = command.name(),
                         "VMI subresource");
@@ -329,7 +332,7 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
             }
         }
         Route::PortForward { namespace, name, vm, port, protocol } => {
-            match port_forward(req, &s.client, &namespace, &name, vm, &port, protocol.as_deref()).await {
+            match port_forward(req, &s, &namespace, &name, vm, &port, protocol.as_deref()).await {
                 Ok(response) => {
                     tracing::info!(user = who.user, target = %format!("{namespace}/{name}"), vm, port,
                         "port forward");
@@ -435,6 +438,7 @@ async fn vmi_request(
     req: Request<Incoming>,
     client: &kube::Client,
     nodes: &NodeClient,
+    metrics: &Metrics,
     ns: &str,
     name: &str,
     command: Command,
@@ -458,19 +462,22 @@ async fn vmi_request(
         return Ok(respond(StatusCode::OK, "application/json", ""));
     };
     let stream = nodes.stream(&node, command, ns, name).await?;
-    switch_to_websocket(req, &handshake, stream, format!("{ns}/{name} {}", command.name()))
+    let kind = if matches!(command, Command::Vnc { .. }) { Connection::Vnc } else { Connection::Console };
+    let active = metrics.connected(kind, ns, name);
+    switch_to_websocket(req, &handshake, stream, active, format!("{ns}/{name} {}", command.name()))
 }
 
 /// `portforward`: the VMI (of the VM's name, when `vm`), upstream's checks, the dial, then the websocket.
 async fn port_forward(
     req: Request<Incoming>,
-    client: &kube::Client,
+    s: &Subresources,
     ns: &str,
     name: &str,
     vm: bool,
     port: &str,
     protocol: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, Answer> {
+    let client = &s.client;
     let handshake = vmi_ops::handshake(req.headers())?;
     let protocol = portforward::protocol(protocol)?;
     let owner = if vm {
@@ -492,15 +499,24 @@ async fn port_forward(
     portforward::check(&vmi)?;
     let addr = portforward::target(&vmi, port, protocol)?;
     let tunnel = portforward::dial(addr, protocol).await?;
-    switch_to_websocket(req, &handshake, tunnel, format!("{ns}/{name} portforward {}/{port}", protocol.as_str()))
+    // Counted under the VMI's name (the VM's, for a VM target: they are the same).
+    let active = s.metrics.connected(Connection::PortForward, ns, name);
+    switch_to_websocket(
+        req,
+        &handshake,
+        tunnel,
+        active,
+        format!("{ns}/{name} portforward {}/{port}", protocol.as_str()),
+    )
 }
 
 /// Answers the client's websocket handshake with the 101 and, once hyper has switched the connection, bridges
-/// the websocket to `stream` (`what` names it in the log).
+/// the websocket to `stream` (`what` names it in the log); `active` counts the connection until it ends.
 fn switch_to_websocket<R>(
     req: Request<Incoming>,
     handshake: &vmi_ops::Handshake,
     stream: R,
+    active: Active,
     what: String,
 ) -> Result<Response<Full<Bytes>>, Answer>
 where
@@ -517,6 +533,7 @@ where
                 )
                 .await;
                 controller_runtime::ws::bridge(ws, stream).await;
+                drop(active);
                 tracing::info!(stream = what, "stream closed");
             }
             Err(e) => tracing::warn!(stream = what, "the client's upgrade failed: {e}"),

@@ -192,6 +192,32 @@ async fn paused(env: &VmiEnv, want: bool) -> Result<VirtualMachineInstance> {
     .await
 }
 
+/// The sum over virt-api's pods of gauge `name` for [`VM`] in the test namespace, read from each pod's
+/// `/metrics` through the API server's pod proxy (0 while the series does not exist).
+fn virt_api_gauge(env: &VmiEnv, name: &str) -> Result<f64> {
+    let pods = env.cluster.kubectl(["-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-api", "-o", "name"])?;
+    let series = format!("{name}{{namespace=\"{}\",vmi=\"{VM}\"}} ", env.ns.name());
+    let mut sum = 0.0;
+    for pod in String::from_utf8_lossy(&pods.stdout).lines().filter_map(|l| l.strip_prefix("pod/")) {
+        let uri = format!("/api/v1/namespaces/kubevirt/pods/https:{pod}:8443/proxy/metrics");
+        let out = env.cluster.kubectl(["get", "--raw", &uri])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !text.contains("# EOF") {
+            return Err(err(format!("{uri}: {text}{}", String::from_utf8_lossy(&out.stderr))));
+        }
+        sum += text.lines().filter_map(|l| l.strip_prefix(&series)).filter_map(|v| v.parse::<f64>().ok()).sum::<f64>();
+    }
+    Ok(sum)
+}
+
+/// Waits until [`virt_api_gauge`] of `name` is `want`.
+async fn wait_gauge(env: &VmiEnv, name: &str, want: f64) -> Result<()> {
+    poll_until(&format!("virt-api's {name} = {want}"), Duration::from_secs(30), || async {
+        (virt_api_gauge(env, name).ok()? == want).then_some(())
+    })
+    .await
+}
+
 /// console (output, input, one at a time), vnc, pause/unpause with `bin` on the running guest of [`VM`].
 async fn attach_with(env: &VmiEnv, bin: &Path, pod: &str, tag: &str) -> Result<()> {
     let which = bin.display().to_string();
@@ -207,8 +233,11 @@ async fn attach_with(env: &VmiEnv, bin: &Path, pod: &str, tag: &str) -> Result<(
     assert!(code.is_some(), "{which}: the first console still runs after a second attached:\n{}", first.seen);
     second.send(&format!("again-{tag}\n"))?;
     second.expect(&format!("KUBEVIRT-RS-GUEST-ECHO again-{tag}"), Duration::from_secs(30))?;
+    // virt-api counts the open console (upstream's metric), and no longer once it is closed.
+    wait_gauge(env, "kubevirt_console_active_connections", 1.0).await?;
     drop(second);
     drop(first);
+    wait_gauge(env, "kubevirt_console_active_connections", 0.0).await?;
 
     // vnc --proxy-only: the guest's VNC server greets through the proxy.
     let greeting = vnc_handshake(env, bin)?;
@@ -350,6 +379,12 @@ async fn port_forward_checks(env: &VmiEnv, upstream: &Path, ours: &Path) -> Resu
         // A second connection through the same forward gets its own tunnel.
         let again = stack_support::vmi::http_get_url(&format!("http://127.0.0.1:{local}/")).await?;
         assert!(again.contains(MARKER), "{}: {again}", bin.display());
+        // A connection held open is one tunnel in virt-api's metric while it lasts.
+        let held =
+            std::net::TcpStream::connect(("127.0.0.1", local)).map_err(Error::io("connecting to the forward"))?;
+        wait_gauge(env, "kubevirt_portforward_active_tunnels", 1.0).await?;
+        drop(held);
+        wait_gauge(env, "kubevirt_portforward_active_tunnels", 0.0).await?;
     }
     for (bin, target) in [(upstream, format!("vmi/{VM}")), (ours, ours_target.clone())] {
         let (code, out, text) = port_forward_stdio(env, bin, &target, "80", "GET / HTTP/1.0\r\n\r\n")?;
