@@ -17,6 +17,19 @@ pub fn chown(path: &Path, uid: u32) -> io::Result<()> {
     rustix::fs::chown(path, Some(Uid::from_raw(uid)), Some(Gid::from_raw(uid))).map_err(io::Error::from)
 }
 
+/// Makes `uid:uid` the owner of `path` itself (a symlink is not followed: what the privileged set-up chowns in a
+/// pod's volumes).
+pub fn lchown(path: &Path, uid: u32) -> io::Result<()> {
+    rustix::fs::chownat(
+        rustix::fs::CWD,
+        path,
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(uid)),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(io::Error::from)
+}
+
 /// Makes `gid` the group of `path` (the owner stays).
 pub fn chgrp(path: &Path, gid: u32) -> io::Result<()> {
     rustix::fs::chown(path, None, Some(Gid::from_raw(gid))).map_err(io::Error::from)

@@ -6,13 +6,16 @@
 //! ```text
 //! main.rs: LauncherEnv::from_env ─► Config ─► run(config, SIGTERM/SIGINT)
 //! run:
-//!  1. SocketDir::in_pod() created (0750, group qemu), stale ready/failed/terminating/done removed
-//!  2. disks::plan (pure) ─► disks::prepare     containerDisk overlays, emptyDisks, cloud-init ISOs, PVC images
-//!  3. network::plan (pure) ─► network::apply    masquerade: bridge, tap0, nftables, the DHCP server (dhcp)
-//!  4. libvirtd::Libvirtd::start                 copy of libvirtd.conf (unix_sock_dir), socket answers;
-//!     serial log directory and QEMU's socket directory (qemu-owned) ─► ready
-//!     any failure in 1–4 ─► failed + termination log, one line; exit 1
-//!  5. libvirtd::supervise
+//!  1. SocketDir::in_pod(): as root created (0750, the qemu user's); as 107 (upstream's non-root launcher) waited
+//!     for until writable (the node agent hands it over); stale ready/failed/terminating/done removed
+//!  2. the privileged set-up (setup.rs): as root in-process, else the node agent's through setup-sock —
+//!     network::apply_links (bridge, tap0, nftables), the claims owned by 107, the DHCP socket on port 67
+//!  3. disks::plan (pure) ─► disks::prepare     containerDisk overlays, emptyDisks, cloud-init ISOs, PVC images
+//!  4. the guest's DHCP server (dhcp.rs) on the set-up's socket
+//!  5. libvirtd::Libvirtd::start                 session libvirtd as 107: copies of libvirtd.conf (unix_sock_dir)
+//!     and qemu.conf, socket answers; serial log directory and QEMU's socket directory (qemu-owned) ─► ready
+//!     any failure in 1–5 ─► failed + termination log, one line; exit 1
+//!  6. libvirtd::supervise
 //!       done                  ─► stop libvirtd, exit 0
 //!       SIGTERM / SIGINT      ─► terminating, shutdown::stop_domain (ACPI, grace, destroy),
 //!                                up to 5 s for done, stop libvirtd, exit 0
@@ -32,6 +35,7 @@ pub mod layout;
 pub mod libvirtd;
 pub mod network;
 pub mod reaper;
+pub mod setup;
 pub mod shutdown;
 pub mod tool;
 
@@ -68,6 +72,9 @@ pub struct Config {
     pub resolv_conf: PathBuf,
     /// How long libvirtd's socket may take to answer.
     pub libvirtd_start_timeout: Duration,
+    /// How long the non-root launcher waits for the node agent's set-up (its socket directory, then the
+    /// privileged set-up).
+    pub setup_timeout: Duration,
 }
 
 impl Config {
@@ -83,6 +90,7 @@ impl Config {
             tun_device: PathBuf::from("/dev/net/tun"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             libvirtd_start_timeout: Duration::from_secs(30),
+            setup_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -114,6 +122,19 @@ pub enum Error {
     /// Setting up the pod network.
     #[error("setting up the pod network")]
     Network(#[source] network::Error),
+    /// The pod's privileged set-up (ours as root, else the node agent's).
+    #[error("the pod's privileged set-up")]
+    Setup(#[source] setup::Error),
+    /// The node agent did not give the launcher its socket directory.
+    #[error("the socket directory {} is not writable by uid {uid} after {} s (the node agent gives it to the qemu user)", path.display(), timeout.as_secs())]
+    SocketDir {
+        /// The directory.
+        path: PathBuf,
+        /// The launcher's uid.
+        uid: u32,
+        /// How long it waited.
+        timeout: Duration,
+    },
     /// Starting, supervising or stopping libvirtd.
     #[error("libvirtd")]
     Libvirtd(#[source] libvirtd::Error),
@@ -224,12 +245,31 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         let path = path.to_path_buf();
         move |source| Error::Io { operation, path, source }
     };
-    files::create_dirs(&socket_dir, None).map_err(io("creating", &socket_dir))?;
-    std::fs::set_permissions(&socket_dir, std::fs::Permissions::from_mode(0o750))
-        .map_err(io("setting the mode of", &socket_dir))?;
-    // QEMU (the `qemu` group) must reach its own socket directory inside.
-    if rustix::process::geteuid().is_root() {
-        files::chgrp(&socket_dir, files::qemu_owner()).map_err(io("changing the group of", &socket_dir))?;
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        files::create_dirs(&socket_dir, None).map_err(io("creating", &socket_dir))?;
+        std::fs::set_permissions(&socket_dir, std::fs::Permissions::from_mode(0o750))
+            .map_err(io("setting the mode of", &socket_dir))?;
+        // QEMU and the session libvirtd (the `qemu` user) must reach it.
+        files::chown(&socket_dir, files::qemu_owner()).map_err(io("changing the owner of", &socket_dir))?;
+    } else {
+        // The kubelet makes the hostPath directory as root; the node agent hands it to the qemu user.
+        let deadline = std::time::Instant::now() + config.setup_timeout;
+        while rustix::fs::access(&socket_dir, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK).is_err() {
+            if std::time::Instant::now() >= deadline {
+                let uid = rustix::process::geteuid().as_raw();
+                return Err(Error::SocketDir { path: socket_dir.clone(), uid, timeout: config.setup_timeout });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // The launcher's own state and the session libvirtd's home: the qemu user's.
+    for dir in [launcher::LAUNCHER_STATE_DIR, launcher::LIBVIRT_HOME] {
+        let dir = layout.at(dir);
+        files::create_dirs(&dir, Some(files::qemu_owner())).map_err(io("creating", &dir))?;
+        if root {
+            files::chown(&dir, files::qemu_owner()).map_err(io("changing the owner of", &dir))?;
+        }
     }
     for stale in [sockets.ready(), sockets.failed(), sockets.terminating(), sockets.done()] {
         let path = layout.at(stale);
@@ -240,7 +280,6 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         }
     }
 
-    // 2. Disks.
     let hostname = spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| env.vmi_name.clone());
     let instance = cloudinit::Instance {
         name: env.vmi_name.clone(),
@@ -248,6 +287,33 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         hostname: hostname.clone(),
         uuid: spec.domain.firmware.as_ref().and_then(|f| f.uuid.clone()).unwrap_or_else(|| env.vmi_uid.clone()),
     };
+    // 2. The privileged set-up: ours as root, else the node agent's (setup.rs). The network's plan first: a
+    // binding this launcher cannot set up is refused as what it is.
+    let net_plan = network::plan(&spec, &hostname, &env.vmi_uid).map_err(Error::Network)?;
+    let host = network::Host {
+        tun_device: config.tun_device.clone(),
+        resolv_conf: config.resolv_conf.clone(),
+        state_dir: layout.at(launcher::network_state_dir()),
+        tap_owner: files::qemu_owner(),
+    };
+    let (links, dhcp_socket) = if root {
+        let (s, h, u, host, l) = (spec.clone(), hostname.clone(), env.vmi_uid.clone(), host.clone(), layout.clone());
+        let done = tokio::task::spawn_blocking(move || setup::privileged(&s, &h, &u, &host, &l))
+            .await
+            .map_err(|source| Error::Task { step: "the privileged set-up", source })?
+            .map_err(Error::Setup)?;
+        (done.links, done.dhcp)
+    } else if setup::needed(&spec, &hostname, &env.vmi_uid).map_err(Error::Setup)? {
+        let socket = layout.at(sockets.setup_socket());
+        tracing::info!(socket = %socket.display(), "waiting for the node agent's set-up");
+        let (reply, dhcp) = setup::from_node_agent(&socket, config.setup_timeout).await.map_err(Error::Setup)?;
+        tracing::info!(summary = reply.summary, "the node agent set up the pod");
+        (reply.mtu.map(|mtu| network::Links { summary: reply.summary, mtu }), dhcp)
+    } else {
+        (None, None)
+    };
+
+    // 3. Disks.
     let plans = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
     let disk_layout = layout.clone();
     let mut prepared = tokio::task::spawn_blocking(move || {
@@ -258,27 +324,23 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     .map_err(|source| Error::Task { step: "preparing the disks", source })?
     .map_err(Error::Disks)?;
 
-    // 3. Network.
-    let network = match network::plan(&spec, &hostname, &env.vmi_uid).map_err(Error::Network)? {
-        network::Plan::None => None,
-        network::Plan::Masquerade(m) => {
-            let host = network::Host {
-                tun_device: config.tun_device.clone(),
-                resolv_conf: config.resolv_conf.clone(),
-                state_dir: layout.at(launcher::network_state_dir()),
-                tap_owner: files::qemu_owner(),
-            };
-            let applied = tokio::task::spawn_blocking(move || network::apply(&m, &host))
-                .await
-                .map_err(|source| Error::Task { step: "setting up the pod network", source })?
-                .map_err(Error::Network)?;
-            tracing::info!("{}", applied.summary);
-            prepared.pod_interface_mtu = Some(applied.mtu);
-            Some(applied)
+    // 4. The guest's DHCP server, on the socket the set-up bound.
+    let network = match (net_plan, links, dhcp_socket) {
+        (network::Plan::None, _, _) => None,
+        (network::Plan::Masquerade(m), Some(links), Some(socket)) => {
+            let dhcp = network::serve_dhcp(&m, links.mtu, &host, socket).map_err(Error::Network)?;
+            tracing::info!("{}", links.summary);
+            prepared.pod_interface_mtu = Some(links.mtu);
+            Some(network::Applied { dhcp, summary: links.summary, mtu: links.mtu })
+        }
+        (network::Plan::Masquerade(_), _, _) => {
+            return Err(Error::Setup(setup::Error::Refused(
+                "the set-up left the masquerade binding without a DHCP socket".into(),
+            )));
         }
     };
 
-    // 4. libvirtd, the serial log's directory, ready.
+    // 5. libvirtd, the serial log's directory, ready.
     let reaper = reaper::Reaper::start([]).map_err(Error::Reaper)?;
     let libvirtd_config = libvirtd::Config {
         program: config.libvirtd.clone(),
@@ -288,6 +350,10 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         socket_dir: socket_dir.clone(),
         socket: layout.at(sockets.libvirt_socket()),
         start_timeout: config.libvirtd_start_timeout,
+        qemu_conf_source: layout.at(launcher::QEMU_CONF),
+        home: layout.at(launcher::LIBVIRT_HOME),
+        runtime_dir: layout.at(launcher::libvirt_runtime_dir()),
+        user: files::qemu_owner(),
     };
     let libvirtd = libvirtd::Libvirtd::start(&libvirtd_config, &reaper).await.map_err(Error::Libvirtd)?;
     // QEMU (the `qemu` user) binds the console and VNC sockets in a directory of its own; the node agent (root)
@@ -300,7 +366,10 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     let serial_log = layout.at(launcher::serial_log());
     if let Some(dir) = serial_log.parent() {
         files::create_dirs(dir, Some(files::qemu_owner())).map_err(io("creating", dir))?;
-        files::chown(dir, files::qemu_owner()).map_err(io("changing the owner of", dir))?;
+        // As root the directory is handed to QEMU's user; as that user it is the pod's emptyDir (writable).
+        if root {
+            files::chown(dir, files::qemu_owner()).map_err(io("changing the owner of", dir))?;
+        }
     }
     // The log exists before libvirt appends to it, owned by QEMU's user and readable by the guest-console-log
     // container (which runs as that user); libvirt would create it root-only.

@@ -21,6 +21,7 @@ use rustix::process::{Pid, Signal};
 use tokio::process::Command;
 
 use crate::dhcp::DhcpServer;
+use crate::files;
 use crate::reaper::{OwnedChild, Reaper};
 
 /// Why libvirtd could not be started or stopped.
@@ -118,6 +119,14 @@ pub struct Config {
     pub socket_dir: PathBuf,
     /// The socket (`<socket dir>/libvirt-sock`).
     pub socket: PathBuf,
+    /// The image's QEMU driver configuration (copied to `<home>/libvirt/qemu.conf` when present).
+    pub qemu_conf_source: PathBuf,
+    /// `HOME`, `XDG_CONFIG_HOME` and `XDG_CACHE_HOME` of the session daemon.
+    pub home: PathBuf,
+    /// Its `XDG_RUNTIME_DIR`.
+    pub runtime_dir: PathBuf,
+    /// The user it runs as when the launcher is root (else the launcher's own).
+    pub user: u32,
     /// How long its socket may take to answer.
     pub start_timeout: Duration,
 }
@@ -148,7 +157,43 @@ impl Libvirtd {
             path: cfg.conf_copy.clone(),
             source,
         })?;
+        let io = |operation, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { operation, path, source }
+        };
+        // The session daemon reads its QEMU driver settings from $XDG_CONFIG_HOME/libvirt/qemu.conf.
+        match tokio::fs::read(&cfg.qemu_conf_source).await {
+            Ok(text) => {
+                let copy = cfg.home.join("libvirt/qemu.conf");
+                files::create_dirs(copy.parent().unwrap_or(&cfg.home), Some(cfg.user))
+                    .map_err(io("creating", &cfg.home))?;
+                tokio::fs::write(&copy, text).await.map_err(io("writing", &copy))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("reading", &cfg.qemu_conf_source)(e)),
+        }
+        files::create_dirs(&cfg.runtime_dir, Some(cfg.user)).map_err(io("creating", &cfg.runtime_dir))?;
+        let root = rustix::process::geteuid().is_root();
+        if root {
+            for p in [&cfg.runtime_dir, &cfg.conf_copy, &cfg.home.join("libvirt"), &cfg.home.join("libvirt/qemu.conf")]
+            {
+                match files::chown(p, cfg.user) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(io("changing the owner of", p)(e));
+                    }
+                    _ => {}
+                }
+            }
+        }
         let mut cmd = Command::new(&cfg.program);
+        // A session daemon (upstream's non-root launcher): it and QEMU run as the qemu user without capabilities.
+        if root {
+            cmd.uid(cfg.user).gid(cfg.user);
+        }
+        cmd.env("HOME", &cfg.home)
+            .env("XDG_CONFIG_HOME", &cfg.home)
+            .env("XDG_CACHE_HOME", &cfg.home)
+            .env("XDG_RUNTIME_DIR", &cfg.runtime_dir);
         cmd.arg("-f")
             .arg(&cfg.conf_copy)
             .arg("-p")

@@ -31,11 +31,33 @@ struct Args {
     /// Seconds libvirtd's socket may take to answer.
     #[arg(long, default_value_t = 30)]
     libvirtd_timeout: u64,
+    /// Seconds the non-root launcher waits for the node agent's set-up.
+    #[arg(long, default_value_t = 120)]
+    setup_timeout: u64,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// The pod's privileged set-up, for the node agent (run as root in the pod's network and mount namespaces):
+    /// a SetupRequest on stdin, the SetupReply (with the DHCP socket) on stdout, the launcher's connection.
+    PodSetup,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     binary::init_logging("VIRT_LAUNCHER_LOG", "info");
+    if let Some(Sub::PodSetup) = args.command {
+        let layout = Layout::under(&args.root);
+        return match virt_launcher::setup::serve_request(std::io::stdin().lock(), std::io::stdout(), &layout) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: sending the set-up reply: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let vars: BTreeMap<String, String> = std::env::vars().collect();
     let (env, pod_uid) = match LauncherEnv::from_env(&vars) {
         Ok(v) => v,
@@ -58,6 +80,7 @@ fn main() -> ExitCode {
         libvirtd: args.libvirtd,
         virsh: args.virsh,
         libvirtd_start_timeout: Duration::from_secs(args.libvirtd_timeout),
+        setup_timeout: Duration::from_secs(args.setup_timeout),
         ..Config::new(env, pod_uid)
     };
     binary::run(async move {

@@ -446,8 +446,37 @@ pub struct Applied {
     pub mtu: u32,
 }
 
-/// Sets up `m` in this thread's network namespace, as masquerade.sh's `up` does.
+/// The masquerade binding's links and rules, set up by [`apply_links`] (the privileged part).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Links {
+    /// One line saying what was set up.
+    pub summary: String,
+    /// The pod interface's MTU (the guest's too).
+    pub mtu: u32,
+}
+
+/// Sets up `m` in this thread's network namespace, as masquerade.sh's `up` does: [`apply_links`], then the DHCP
+/// server on port 67 of the bridge.
 pub fn apply(m: &Masquerade, host: &Host) -> Result<Applied, Error> {
+    let links = apply_links(m, host)?;
+    let dhcp = serve_dhcp(m, links.mtu, host, dhcp::bind(POD_BRIDGE)?)?;
+    Ok(Applied { dhcp, summary: links.summary, mtu: links.mtu })
+}
+
+/// The guest's DHCP server for `m` on `socket` (from [`dhcp::bind`], here or in the node agent's set-up), with
+/// the pod's resolver settings.
+pub fn serve_dhcp(m: &Masquerade, mtu: u32, host: &Host, socket: std::net::UdpSocket) -> Result<DhcpServer, Error> {
+    let resolv = match std::fs::read_to_string(&host.resolv_conf) {
+        Ok(t) => parse_resolv_conf(&t),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Resolv::default(),
+        Err(source) => return Err(Error::Io { operation: "reading", path: host.resolv_conf.clone(), source }),
+    };
+    Ok(DhcpServer::serve(socket, dhcp_lease(m, mtu, &resolv)?)?)
+}
+
+/// The privileged part of `m` in this thread's network namespace: the bridge, the tap (owned by QEMU's user),
+/// forwarding, the nftables ruleset.
+pub fn apply_links(m: &Masquerade, host: &Host) -> Result<Links, Error> {
     let pod_if = POD_INTERFACE;
     let pod_err = |message: String| Error::PodInterface { interface: pod_if, message };
     let out = tool::run("ip", &["-j".as_ref(), "addr".as_ref(), "show".as_ref(), "dev".as_ref(), pod_if.as_ref()])
@@ -516,13 +545,6 @@ pub fn apply(m: &Masquerade, host: &Host) -> Result<Applied, Error> {
     tool::run("nft", &["-f".as_ref(), nft_conf.as_os_str()])
         .map_err(|source| Error::Tool { step: "loading the masquerade ruleset", source })?;
 
-    let resolv = match std::fs::read_to_string(&host.resolv_conf) {
-        Ok(t) => parse_resolv_conf(&t),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Resolv::default(),
-        Err(source) => return Err(Error::Io { operation: "reading", path: host.resolv_conf.clone(), source }),
-    };
-    let lease = dhcp_lease(m, mtu, &resolv)?;
-    let dhcp = DhcpServer::serve(dhcp::bind(POD_BRIDGE)?, lease)?;
     let ports = if m.ports.is_empty() {
         String::from("all")
     } else {
@@ -531,7 +553,7 @@ pub fn apply(m: &Masquerade, host: &Host) -> Result<Applied, Error> {
     let summary = format!(
         "masquerade: pod {pod_if} {pod_ip}, guest {MASQUERADE_GUEST} via {POD_BRIDGE}/{POD_TAP}, ports {ports}"
     );
-    Ok(Applied { dhcp, summary, mtu })
+    Ok(Links { summary, mtu })
 }
 
 /// Creates the tun device node when the container has none (runc's default device rules allow `c 10:200`).

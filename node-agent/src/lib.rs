@@ -23,6 +23,7 @@ pub mod agent;
 pub mod domain_xml;
 pub mod libvirt;
 pub mod phase;
+pub mod pod_setup;
 pub mod screenshot;
 pub mod server;
 mod xml;

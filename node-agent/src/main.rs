@@ -29,6 +29,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // `enter-pod`: the privileged set-up of a launcher pod (node_agent::pod_setup), before any thread starts.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(node_agent::pod_setup::ENTER_POD) {
+        eprintln!("error: {}", node_agent::pod_setup::enter_pod(&argv[2..]));
+        return ExitCode::from(1);
+    }
     binary::init_logging("RUST_LOG", "info,kube=warn");
     let args = Args::parse();
     binary::run(run(args))

@@ -1,7 +1,8 @@
 //! The VMI subresources virt-api carries out through the node agent (issue 14): `console`, `vnc`, `pause`,
 //! `unpause`, `port-forward`, `expose` (the Service reached through kube-proxy), `vnc screenshot`, each with
 //! upstream's `virtctl` v1.8.0 and ours, on the same running guest, through the real kube-apiserver's aggregation
-//! layer, virt-api and the node agent's mutual-TLS API.
+//! layer, virt-api and the node agent's mutual-TLS API; and that the guest runs in upstream's non-root launcher
+//! (every compute process the qemu user's, no capabilities).
 //!
 //! Needs the test cluster and the installed stack (masquerade default); run with `--ignored --test-threads=1`.
 
@@ -430,6 +431,31 @@ async fn both_virtctls_attach_the_console_and_vnc_and_pause_the_guest() -> Resul
     let vmi = env.wait_phase(VM, Phase::Running, BOOT_TIMEOUT).await?;
     let pod = env.launcher_pod(&vmi).await?.name_any();
     env.wait_console(&pod, MARKER, BOOT_TIMEOUT).await?;
+
+    // Upstream's non-root launcher: everything in the compute container (the launcher, the session libvirtd,
+    // QEMU) runs as the qemu user with no effective capability beyond NET_BIND_SERVICE; the node agent did the
+    // privileged set-up (the guest booted with its masquerade network above).
+    let ps = env.kubectl(&["exec", &pod, "-c", "compute", "--", "ps", "-eo", "user:16=,comm="])?;
+    let procs: Vec<(&str, &str)> = ps.lines().filter_map(|l| l.trim().split_once(char::is_whitespace)).collect();
+    for want in ["virt-launcher", "libvirtd", "qemu-system-x86"] {
+        assert!(procs.iter().any(|(_, c)| c.trim().starts_with(want)), "no {want} in the compute container:\n{ps}");
+    }
+    assert!(procs.iter().all(|(u, _)| *u == "qemu"), "a compute process not run by qemu (107):\n{ps}");
+    for pid in ["1", "$(pidof libvirtd)", "$(pidof qemu-system-x86_64)"] {
+        let line = env.kubectl(&[
+            "exec",
+            &pod,
+            "-c",
+            "compute",
+            "--",
+            "sh",
+            "-c",
+            &format!("grep CapEff /proc/{pid}/status"),
+        ])?;
+        let eff = u64::from_str_radix(line.split_whitespace().nth(1).unwrap_or("x"), 16)
+            .map_err(|e| err(format!("{pid}: {line:?}: {e}")))?;
+        assert_eq!(eff & !(1 << 10), 0, "{pid} has capabilities {eff:#x} (only NET_BIND_SERVICE may be there)");
+    }
 
     attach_with(&env, &upstream, &pod, "upstream").await?;
     attach_with(&env, &ours, &pod, "ours").await?;

@@ -3,10 +3,12 @@
 //! pod's libvirt.
 //!
 //! ```text
-//! vm-controller ──pod spec (LauncherEnv, volumes at these paths)──► virt-launcher (compute container)
-//!                                                                   │ prepares disks, network, starts libvirtd,
-//!                                                                   │ writes <pod sockets>/ready ([`SocketDir`])
-//! node agent ──qemu:///system?socket=<node sockets>/<pod uid>/libvirt-sock──┘ defines and starts the domain,
+//! vm-controller ──pod spec (LauncherEnv, volumes at these paths)──► virt-launcher (compute container, uid 107)
+//! node agent ◄──<pod sockets>/setup-sock: SetupRequest to `virt-launcher pod-setup` run as root in the pod's
+//!               network and mount namespaces (masquerade links, claims' ownership, the DHCP socket); SetupReply──┤
+//!                                                                   │ prepares disks, serves DHCP, starts libvirtd
+//!                                                                   │ (session), writes <pod sockets>/ready
+//! node agent ──qemu:///session?socket=<node sockets>/<pod uid>/libvirt-sock──┘ defines and starts the domain,
 //!                                                    writes <node sockets>/<pod uid>/done once the VMI is final
 //! ```
 //!
@@ -62,9 +64,17 @@ impl SocketDir {
         format!("{}/libvirt-sock", self.0)
     }
 
-    /// The libvirt URI of this pod's libvirtd.
+    /// The libvirt URI of this pod's libvirtd: a session daemon (it runs as the `qemu` user, upstream's non-root
+    /// launcher); any client uid may use it (root's access to the socket is the only gate).
     pub fn libvirt_uri(&self) -> String {
-        format!("qemu:///system?socket={}", self.libvirt_socket())
+        format!("qemu:///session?socket={}", self.libvirt_socket())
+    }
+
+    /// The non-root launcher's request for the pod's privileged set-up ([`SetupRequest`]): the launcher listens,
+    /// the node agent connects, runs [`POD_SETUP_COMMAND`] in the pod's namespaces, which answers with one
+    /// [`SetupReply`] (and the DHCP server's socket) on the same connection.
+    pub fn setup_socket(&self) -> String {
+        format!("{}/setup-sock", self.0)
     }
 
     /// Written by the launcher once libvirtd answers and the disks and network are prepared.
@@ -189,8 +199,63 @@ pub fn pvc_disk_size(capacity: u64) -> u64 {
 /// whose `unix_sock_dir` is the pod's [`SocketDir::in_pod`].
 pub const LIBVIRTD_CONF: &str = "/etc/libvirt/libvirtd.conf";
 
-/// The launcher's own state (root-owned, not shared with QEMU or the node agent), in the container's filesystem.
-pub const LAUNCHER_STATE_DIR: &str = "/run/kubevirt-rs/launcher";
+/// The launcher's own state (in the pod-private emptyDir: the launcher runs as the `qemu` user; not shared with
+/// the node agent).
+pub const LAUNCHER_STATE_DIR: &str = "/var/run/kubevirt-private/launcher";
+
+/// The image's QEMU driver configuration (`deploy/launcher/qemu.conf`); the session libvirtd reads a copy at
+/// [`libvirt_qemu_conf_copy`].
+pub const QEMU_CONF: &str = "/etc/libvirt/qemu.conf";
+
+/// `XDG_CONFIG_HOME`, `XDG_CACHE_HOME` and `HOME` of the session libvirtd: short, because the guest-agent
+/// channel socket lands under `$XDG_CONFIG_HOME/libvirt/qemu/channel/target/domain-<id>-<name>/` and a unix
+/// socket path has at most 107 bytes.
+pub const LIBVIRT_HOME: &str = PRIVATE_DIR;
+
+/// Where the session libvirtd reads its QEMU driver configuration.
+pub fn libvirt_qemu_conf_copy() -> String {
+    format!("{LIBVIRT_HOME}/libvirt/qemu.conf")
+}
+
+/// `XDG_RUNTIME_DIR` of the session libvirtd.
+pub fn libvirt_runtime_dir() -> String {
+    format!("{LAUNCHER_STATE_DIR}/xdg-runtime")
+}
+
+/// The launcher's program in its image; the node agent runs it (as [`POD_SETUP_COMMAND`]) in the pod's network
+/// and mount namespaces.
+pub const LAUNCHER_PROGRAM: &str = "/usr/local/bin/virt-launcher";
+/// The launcher's subcommand that does the pod's privileged set-up for the node agent: reads one
+/// [`SetupRequest`] (JSON) on stdin and sends one [`SetupReply`] on stdout, the launcher's [`SocketDir::setup_socket`]
+/// connection, with the DHCP server's socket attached (SCM_RIGHTS) when there is one.
+pub const POD_SETUP_COMMAND: &str = "pod-setup";
+
+/// What the pod's privileged set-up works from: the node agent's copy of the VMI (never the launcher's word).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetupRequest {
+    /// The VMI's spec (`VirtualMachineInstanceSpec` as JSON).
+    pub vmi_spec: serde_json::Value,
+    /// The VMI's name (the default hostname).
+    pub vmi_name: String,
+    /// The VMI's UID (the derived MAC).
+    pub vmi_uid: String,
+}
+
+/// The privileged set-up's answer to the launcher.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetupReply {
+    /// Why it failed (one line); `None`: done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What was set up (one line, for the launcher's log).
+    #[serde(default)]
+    pub summary: String,
+    /// The pod interface's MTU (the masquerade binding's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+}
 
 /// The copy of [`LIBVIRTD_CONF`] libvirtd runs with.
 pub fn libvirtd_conf_copy() -> String {
@@ -365,7 +430,7 @@ mod tests {
         );
         assert_eq!(
             SocketDir::on_node("p-1").libvirt_uri(),
-            "qemu:///system?socket=/var/run/kubevirt-rs/sockets/p-1/libvirt-sock"
+            "qemu:///session?socket=/var/run/kubevirt-rs/sockets/p-1/libvirt-sock"
         );
         assert_eq!(SocketDir::in_pod().ready(), "/var/run/kubevirt/sockets/ready");
         assert_eq!(pvc_disk("disk0"), "/var/run/kubevirt-private/vmi-disks/disk0/disk.img");

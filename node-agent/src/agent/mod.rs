@@ -433,6 +433,7 @@ pub async fn run(
             }
         })
     };
+    let setup = tokio::spawn(crate::pod_setup::run(stores.pods.clone(), stop(&stop_tx)));
     let server = match node_api {
         Some((listen, tls)) => Some(
             crate::server::start(listen, tls, client.clone(), node.clone(), stores.pods.clone(), stop(&stop_tx))
@@ -460,6 +461,7 @@ pub async fn run(
     };
     tokio::join!(vmis, stopper);
     let _ = beat.await;
+    let _ = setup.await;
     if let Some(server) = server {
         let _ = server.await;
     }

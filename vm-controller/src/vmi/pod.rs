@@ -24,8 +24,9 @@ use crds::kubevirt::VirtualMachineInstance;
 use crds::kubevirt::volume::{CloudInitSource, Volume};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, HostPathVolumeSource,
-    LocalObjectReference, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate, PodSpec,
-    Probe, ResourceRequirements, SecretVolumeSource, SecurityContext, Volume as PodVolume, VolumeDevice, VolumeMount,
+    LocalObjectReference, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SecretVolumeSource, SecurityContext, Volume as PodVolume,
+    VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -398,13 +399,17 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
         command: Some(vec!["/usr/local/bin/virt-launcher".into()]),
         env: Some(env),
         resources: Some(compute_resources(vmi, overhead)),
-        // Root in the pod: the masquerade binding (bridge, tap, nftables) needs NET_ADMIN, and the pod's libvirtd
-        // runs as root; QEMU itself runs as `qemu` (107), see deploy/launcher/qemu.conf.
+        // Upstream's non-root launcher: the qemu user, no privilege escalation, only NET_BIND_SERVICE. What needs
+        // root (the masquerade links, the claims' ownership, the DHCP socket) the node agent does for it
+        // (launcher/src/setup.rs, node-agent/src/pod_setup.rs); libvirtd is a session daemon.
         security_context: Some(SecurityContext {
-            run_as_user: Some(0),
+            run_as_user: Some(QEMU_UID),
+            run_as_group: Some(QEMU_UID),
+            run_as_non_root: Some(true),
+            allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities {
-                add: Some(vec!["NET_ADMIN".into(), "SYS_NICE".into()]),
-                ..Default::default()
+                add: Some(vec!["NET_BIND_SERVICE".into()]),
+                drop: Some(vec!["ALL".into()]),
             }),
             ..Default::default()
         }),
@@ -458,6 +463,14 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
     spec.termination_grace_period_seconds = Some(vmi_grace(vmi) + GRACE_PADDING_SECS);
     spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: READINESS_GATE_UNPAUSED.into() }]);
     spec.hostname = Some(hostname(vmi));
+    // Upstream's non-root pod: every container runs as the qemu user; volumes that support it belong to its group.
+    spec.security_context = Some(PodSecurityContext {
+        run_as_user: Some(QEMU_UID),
+        run_as_group: Some(QEMU_UID),
+        run_as_non_root: Some(true),
+        fs_group: Some(QEMU_UID),
+        ..Default::default()
+    });
     spec.subdomain = vmi.spec.subdomain.clone();
     spec.dns_policy = vmi.spec.dns_policy.clone();
     spec.dns_config = vmi.spec.dns_config.clone();

@@ -1,0 +1,360 @@
+//! The pod's privileged set-up. The launcher runs as the `qemu` user (107) without capabilities (upstream's
+//! non-root launcher); what needs root is done for it by the node agent, as upstream's virt-handler does:
+//!
+//! ```text
+//! launcher (107)  listens on <pod sockets>/setup-sock (SocketDir::setup_socket), waits (bounded)
+//! node agent      connects; the peer's PID (SO_PEERCRED, host PID namespace) must be in the pod's cgroup;
+//!                 runs `virt-launcher pod-setup` (this image's program, as root, in the pod's network and mount
+//!                 namespaces) with a SetupRequest built from its own copy of the VMI on stdin and the connection
+//!                 as stdout
+//! pod-setup       [`privileged`]: the masquerade links and rules (network::apply_links), the claims' block devices
+//!                 and images owned by 107, the DHCP server's socket bound to port 67 of the bridge
+//!                 ─► one SetupReply line on the connection, the socket attached (SCM_RIGHTS) ─► exits
+//! launcher (107)  [`from_node_agent`]: the reply (only from a root peer) and the socket ─► serves DHCP on it
+//! ```
+//!
+//! Trust: `pod-setup` reads nothing the launcher wrote (the request is the node agent's, its scratch files go to a
+//! fresh private directory), follows no symlink it chowns, and runs a program the launcher cannot change (the
+//! image's files are root's; the compute container runs as 107 without privilege escalation). A launcher started
+//! as root (tests, upstream's `Root` mode) does the same set-up itself.
+
+use std::io::{self, Read};
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use contracts::kubevirt::launcher::{POD_BRIDGE, SetupReply, SetupRequest};
+use crds::kubevirt::VirtualMachineInstanceSpec;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+};
+
+use crate::dhcp;
+use crate::disks::{self, Action};
+use crate::files;
+use crate::layout::Layout;
+use crate::network::{self, Links};
+
+/// Why the set-up failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is not a SetupRequest.
+    #[error("the set-up request is not a SetupRequest")]
+    Request(#[source] serde_json::Error),
+    /// The VMI spec does not parse.
+    #[error("the VMI spec of the set-up request is not a VirtualMachineInstanceSpec")]
+    Spec(#[source] serde_json::Error),
+    /// The volumes' plan.
+    #[error("planning the volumes")]
+    Disks(#[source] disks::Error),
+    /// The pod network.
+    #[error("setting up the pod network")]
+    Network(#[source] network::Error),
+    /// Making a claim QEMU's.
+    #[error("volume {volume:?}: {operation} {}", path.display())]
+    Own {
+        /// The volume.
+        volume: String,
+        /// What was done.
+        operation: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A claim's image is a symlink (it is never followed as root).
+    #[error("volume {volume:?}: {} is a symbolic link", path.display())]
+    Symlink {
+        /// The volume.
+        volume: String,
+        /// The link.
+        path: PathBuf,
+    },
+    /// The hand-over with the node agent.
+    #[error("the set-up hand-over on {}: {operation}", socket.display())]
+    HandOver {
+        /// The socket.
+        socket: PathBuf,
+        /// What was done.
+        operation: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Nobody connected in time.
+    #[error("the node agent did not set up the pod within {} s (is its DaemonSet running on this node?)", .0.as_secs())]
+    Timeout(Duration),
+    /// The node agent's set-up failed.
+    #[error("the node agent's set-up of the pod failed: {0}")]
+    Refused(String),
+}
+
+/// What the privileged set-up made.
+#[derive(Debug)]
+pub struct Done {
+    /// The masquerade links, when the VMI has a pod-network interface.
+    pub links: Option<Links>,
+    /// The DHCP server's socket (with [`Done::links`]).
+    pub dhcp: Option<UdpSocket>,
+}
+
+/// Whether `spec` needs the privileged set-up: a pod-network interface or a claim.
+pub fn needed(spec: &VirtualMachineInstanceSpec, hostname: &str, vmi_uid: &str) -> Result<bool, Error> {
+    let network = network::plan(spec, hostname, vmi_uid).map_err(Error::Network)?;
+    let plans = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
+    Ok(network != network::Plan::None || plans.iter().any(|p| matches!(p.action, Action::Pvc { .. })))
+}
+
+/// The privileged set-up of `spec`'s pod, in this process's namespaces (as root).
+pub fn privileged(
+    spec: &VirtualMachineInstanceSpec,
+    hostname: &str,
+    vmi_uid: &str,
+    host: &network::Host,
+    layout: &Layout,
+) -> Result<Done, Error> {
+    let plans = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
+    for p in &plans {
+        if let Action::Pvc { device, mount, image } = &p.action {
+            own_claim(&p.volume, &layout.at(device), &layout.at(mount), &layout.at(image))?;
+        }
+    }
+    match network::plan(spec, hostname, vmi_uid).map_err(Error::Network)? {
+        network::Plan::None => Ok(Done { links: None, dhcp: None }),
+        network::Plan::Masquerade(m) => {
+            let links = network::apply_links(&m, host).map_err(Error::Network)?;
+            let socket = dhcp::bind(POD_BRIDGE).map_err(|e| Error::Network(network::Error::from(e)))?;
+            Ok(Done { links: Some(links), dhcp: Some(socket) })
+        }
+    }
+}
+
+/// A claim's block device, or its image (or, without one, its mount point, where the launcher creates it), owned
+/// by QEMU's user; symlinks are refused, never followed.
+fn own_claim(volume: &str, device: &Path, mount: &Path, image: &Path) -> Result<(), Error> {
+    let own = |path: &Path, operation| {
+        let meta = std::fs::symlink_metadata(path);
+        match meta {
+            Ok(m) if m.file_type().is_symlink() => {
+                Err(Error::Symlink { volume: volume.to_owned(), path: path.to_path_buf() })
+            }
+            Ok(m) if m.uid() == files::qemu_owner() => Ok(true),
+            Ok(_) => files::lchown(path, files::qemu_owner()).map(|()| true).map_err(|source| Error::Own {
+                volume: volume.to_owned(),
+                operation,
+                path: path.to_path_buf(),
+                source,
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(source) => {
+                Err(Error::Own { volume: volume.to_owned(), operation: "inspecting", path: path.to_path_buf(), source })
+            }
+        }
+    };
+    if std::fs::symlink_metadata(device).is_ok_and(|m| m.file_type().is_block_device()) {
+        own(device, "changing the owner of the block device")?;
+        return Ok(());
+    }
+    if !own(image, "changing the owner of")? && mount.is_dir() {
+        own(mount, "changing the owner of the mount point")?;
+    }
+    Ok(())
+}
+
+/// `virt-launcher pod-setup`: reads the [`SetupRequest`] from `input`, does [`privileged`] and sends the
+/// [`SetupReply`] (with the DHCP socket) on `reply` (the launcher's connection). `Err` only when the reply could
+/// not be sent.
+pub fn serve_request(mut input: impl Read, reply: impl AsFd, layout: &Layout) -> io::Result<()> {
+    let outcome = (|| {
+        let mut text = String::new();
+        input.read_to_string(&mut text).map_err(|e| Error::Request(serde_json::Error::io(e)))?;
+        let req: SetupRequest = serde_json::from_str(&text).map_err(Error::Request)?;
+        let spec: VirtualMachineInstanceSpec = serde_json::from_value(req.vmi_spec.clone()).map_err(Error::Spec)?;
+        let hostname = spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| req.vmi_name.clone());
+        // Scratch files (the nftables ruleset) in a fresh directory only root can enter: nothing the launcher
+        // prepared is written to as root.
+        let scratch = tempfile::tempdir().map_err(|source| Error::HandOver {
+            socket: PathBuf::from("/tmp"),
+            operation: "creating a scratch directory",
+            source,
+        })?;
+        let host = network::Host {
+            tun_device: PathBuf::from("/dev/net/tun"),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            state_dir: scratch.path().to_path_buf(),
+            tap_owner: files::qemu_owner(),
+        };
+        privileged(&spec, &hostname, &req.vmi_uid, &host, layout)
+    })();
+    let (reply_msg, socket) = match outcome {
+        Ok(done) => {
+            let summary = done.links.as_ref().map(|l| l.summary.clone()).unwrap_or_else(|| "claims owned".into());
+            (SetupReply { error: None, summary, mtu: done.links.map(|l| l.mtu) }, done.dhcp)
+        }
+        Err(e) => (SetupReply { error: Some(contracts::errors::chain_line(&e)), ..SetupReply::default() }, None),
+    };
+    send_reply(reply, &reply_msg, socket.as_ref().map(AsFd::as_fd))
+}
+
+/// Sends `msg` as one JSON line on `to`, with `fd` attached.
+pub fn send_reply(to: impl AsFd, msg: &SetupReply, fd: Option<std::os::fd::BorrowedFd<'_>>) -> io::Result<()> {
+    let line = format!("{}\n", serde_json::to_string(msg).map_err(io::Error::other)?);
+    let fds = fd.as_slice();
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("the control buffer cannot hold the socket"));
+    }
+    let sent = rustix::net::sendmsg(to, &[io::IoSlice::new(line.as_bytes())], &mut control, SendFlags::empty())?;
+    if sent != line.len() {
+        return Err(io::Error::other("the reply was cut short"));
+    }
+    Ok(())
+}
+
+/// The largest reply read.
+const MAX_REPLY: usize = 64 * 1024;
+
+/// The non-root launcher's side: listens on `socket`, waits up to `timeout` for the node agent (a peer running
+/// as root), and returns its reply's facts and the DHCP socket it attached. The socket file is removed after.
+pub async fn from_node_agent(socket: &Path, timeout: Duration) -> Result<(SetupReply, Option<UdpSocket>), Error> {
+    let hand_over = |operation| {
+        let socket = socket.to_path_buf();
+        move |source| Error::HandOver { socket, operation, source }
+    };
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(hand_over("removing a stale socket")(e)),
+    }
+    let listener = tokio::net::UnixListener::bind(socket).map_err(hand_over("listening"))?;
+    let result = tokio::time::timeout(timeout, async {
+        loop {
+            let (conn, _) = listener.accept().await.map_err(hand_over("accepting"))?;
+            // Only root (the node agent and what it runs) may answer: another container of the pod could connect.
+            match conn.peer_cred() {
+                Ok(c) if c.uid() == 0 => {}
+                Ok(c) => {
+                    tracing::warn!(uid = c.uid(), "a set-up connection from a non-root peer was refused");
+                    continue;
+                }
+                Err(e) => return Err(hand_over("reading the peer's credentials")(e)),
+            }
+            let std_conn = conn.into_std().map_err(hand_over("reading the reply"))?;
+            std_conn.set_nonblocking(false).map_err(hand_over("reading the reply"))?;
+            let read = tokio::task::spawn_blocking(move || receive(&std_conn))
+                .await
+                .map_err(|e| hand_over("reading the reply")(io::Error::other(e)))?;
+            return read.map_err(hand_over("reading the reply"));
+        }
+    })
+    .await;
+    let _ = std::fs::remove_file(socket);
+    let (reply, fd) = result.map_err(|_| Error::Timeout(timeout))??;
+    if let Some(error) = reply.error.clone() {
+        return Err(Error::Refused(error));
+    }
+    Ok((reply, fd.map(UdpSocket::from)))
+}
+
+/// Reads one reply line and the descriptor sent with it.
+fn receive(conn: &std::os::unix::net::UnixStream) -> io::Result<(SetupReply, Option<OwnedFd>)> {
+    let mut data = Vec::new();
+    let mut fd = None;
+    let mut buf = [0u8; 4096];
+    while !data.ends_with(b"\n") {
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let r =
+            rustix::net::recvmsg(conn, &mut [io::IoSliceMut::new(&mut buf)], &mut control, RecvFlags::CMSG_CLOEXEC)?;
+        for m in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = m {
+                for f in fds {
+                    fd.get_or_insert(f);
+                }
+            }
+        }
+        if r.bytes == 0 {
+            break;
+        }
+        data.extend_from_slice(&buf[..r.bytes]);
+        if data.len() > MAX_REPLY {
+            return Err(io::Error::other("the reply is too long"));
+        }
+    }
+    let reply: SetupReply =
+        serde_json::from_slice(data.trim_ascii()).map_err(|e| io::Error::other(format!("not a SetupReply: {e}")))?;
+    Ok((reply, fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_pod_network_or_a_claim_needs_the_node_agent() -> Result<(), String> {
+        let needs = |spec: serde_json::Value| {
+            let spec: VirtualMachineInstanceSpec = serde_json::from_value(spec).map_err(|e| e.to_string())?;
+            needed(&spec, "h", "u-1").map_err(|e| e.to_string())
+        };
+        let disk = serde_json::json!([{"name": "d", "containerDisk": {"image": "i"}}]);
+        assert!(!needs(serde_json::json!({"domain": {"devices": {}}, "volumes": disk}))?);
+        assert!(needs(serde_json::json!({"domain": {"devices": {}}, "volumes": [{"name": "d",
+            "persistentVolumeClaim": {"claimName": "c"}}]}))?);
+        assert!(needs(
+            serde_json::json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}},
+            "networks": [{"name": "default", "pod": {}}], "volumes": disk})
+        )?);
+        Ok(())
+    }
+
+    type Waiting = tokio::task::JoinHandle<Result<(SetupReply, Option<UdpSocket>), Error>>;
+
+    /// A launcher waiting on a fresh socket (its directory, the socket, the wait).
+    async fn listening() -> Result<(tempfile::TempDir, PathBuf, Waiting), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = dir.path().join("setup-sock");
+        let p = path.clone();
+        let waiting = tokio::spawn(async move { from_node_agent(&p, Duration::from_secs(10)).await });
+        while !path.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok((dir, path, waiting))
+    }
+
+    #[tokio::test]
+    async fn a_reply_and_its_socket_cross_the_hand_over() -> Result<(), String> {
+        let (_dir, path, waiting) = listening().await?;
+        let udp = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let port = udp.local_addr().map_err(|e| e.to_string())?.port();
+        let conn = std::os::unix::net::UnixStream::connect(&path).map_err(|e| e.to_string())?;
+        let msg = SetupReply { error: None, summary: "links".into(), mtu: Some(1450) };
+        send_reply(&conn, &msg, Some(udp.as_fd())).map_err(|e| e.to_string())?;
+        drop(conn);
+        let (reply, got) = waiting.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        assert_eq!(reply, msg);
+        let got = got.ok_or("no socket received")?;
+        assert_eq!(got.local_addr().map_err(|e| e.to_string())?.port(), port, "the same socket");
+        assert!(!path.exists(), "the socket file is removed");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_failed_set_up_and_silence_are_errors() -> Result<(), String> {
+        let (_dir, path, waiting) = listening().await?;
+        let conn = std::os::unix::net::UnixStream::connect(&path).map_err(|e| e.to_string())?;
+        let msg = SetupReply { error: Some("no bridge".into()), ..SetupReply::default() };
+        send_reply(&conn, &msg, None).map_err(|e| e.to_string())?;
+        let e = waiting.await.map_err(|e| e.to_string())?.err().map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("the node agent's set-up of the pod failed: no bridge"));
+        let e = from_node_agent(&path, Duration::from_millis(200)).await.err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("the node agent did not set up the pod within 0 s (is its DaemonSet running on this node?)")
+        );
+        Ok(())
+    }
+}
