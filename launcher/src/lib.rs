@@ -280,7 +280,7 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         }
     }
 
-    let hostname = spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| env.vmi_name.clone());
+    let hostname = network::hostname(&spec, &env.vmi_name);
     let instance = cloudinit::Instance {
         name: env.vmi_name.clone(),
         namespace: env.vmi_namespace.clone(),
@@ -290,6 +290,7 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     // 2. The privileged set-up: ours as root, else the node agent's (setup.rs). The network's plan first: a
     // binding this launcher cannot set up is refused as what it is.
     let net_plan = network::plan(&spec, &hostname, &env.vmi_uid).map_err(Error::Network)?;
+    let plans = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
     let host = network::Host {
         tun_device: config.tun_device.clone(),
         resolv_conf: config.resolv_conf.clone(),
@@ -297,13 +298,13 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         tap_owner: files::qemu_owner(),
     };
     let (links, dhcp_socket) = if root {
-        let (s, h, u, host, l) = (spec.clone(), hostname.clone(), env.vmi_uid.clone(), host.clone(), layout.clone());
-        let done = tokio::task::spawn_blocking(move || setup::privileged(&s, &h, &u, &host, &l))
+        let (n, v, host, l) = (net_plan.clone(), plans.clone(), host.clone(), layout.clone());
+        let done = tokio::task::spawn_blocking(move || setup::privileged(&n, &v, &host, &l))
             .await
             .map_err(|source| Error::Task { step: "the privileged set-up", source })?
             .map_err(Error::Setup)?;
         (done.links, done.dhcp)
-    } else if setup::needed(&spec, &hostname, &env.vmi_uid).map_err(Error::Setup)? {
+    } else if setup::needed(&net_plan, &plans) {
         let socket = layout.at(sockets.setup_socket());
         tracing::info!(socket = %socket.display(), "waiting for the node agent's set-up");
         let (reply, dhcp) = setup::from_node_agent(&socket, config.setup_timeout).await.map_err(Error::Setup)?;
@@ -314,7 +315,6 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     };
 
     // 3. Disks.
-    let plans = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
     let disk_layout = layout.clone();
     let mut prepared = tokio::task::spawn_blocking(move || {
         let ctx = disks::Context { layout: &disk_layout, instance: &instance, owner: files::qemu_owner() };
@@ -351,6 +351,7 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         socket: layout.at(sockets.libvirt_socket()),
         start_timeout: config.libvirtd_start_timeout,
         qemu_conf_source: layout.at(launcher::QEMU_CONF),
+        qemu_conf_copy: layout.at(launcher::libvirt_qemu_conf_copy()),
         home: layout.at(launcher::LIBVIRT_HOME),
         runtime_dir: layout.at(launcher::libvirt_runtime_dir()),
         user: files::qemu_owner(),

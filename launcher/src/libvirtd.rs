@@ -119,8 +119,10 @@ pub struct Config {
     pub socket_dir: PathBuf,
     /// The socket (`<socket dir>/libvirt-sock`).
     pub socket: PathBuf,
-    /// The image's QEMU driver configuration (copied to `<home>/libvirt/qemu.conf` when present).
+    /// The image's QEMU driver configuration (copied to `qemu_conf_copy` when present).
     pub qemu_conf_source: PathBuf,
+    /// Where the session daemon reads it (`$XDG_CONFIG_HOME/libvirt/qemu.conf`).
+    pub qemu_conf_copy: PathBuf,
     /// `HOME`, `XDG_CONFIG_HOME` and `XDG_CACHE_HOME` of the session daemon.
     pub home: PathBuf,
     /// Its `XDG_RUNTIME_DIR`.
@@ -164,10 +166,10 @@ impl Libvirtd {
         // The session daemon reads its QEMU driver settings from $XDG_CONFIG_HOME/libvirt/qemu.conf.
         match tokio::fs::read(&cfg.qemu_conf_source).await {
             Ok(text) => {
-                let copy = cfg.home.join("libvirt/qemu.conf");
+                let copy = &cfg.qemu_conf_copy;
                 files::create_dirs(copy.parent().unwrap_or(&cfg.home), Some(cfg.user))
                     .map_err(io("creating", &cfg.home))?;
-                tokio::fs::write(&copy, text).await.map_err(io("writing", &copy))?;
+                tokio::fs::write(copy, text).await.map_err(io("writing", copy))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io("reading", &cfg.qemu_conf_source)(e)),
@@ -175,8 +177,8 @@ impl Libvirtd {
         files::create_dirs(&cfg.runtime_dir, Some(cfg.user)).map_err(io("creating", &cfg.runtime_dir))?;
         let root = rustix::process::geteuid().is_root();
         if root {
-            for p in [&cfg.runtime_dir, &cfg.conf_copy, &cfg.home.join("libvirt"), &cfg.home.join("libvirt/qemu.conf")]
-            {
+            let conf_dir = cfg.qemu_conf_copy.parent().unwrap_or(&cfg.home);
+            for p in [cfg.runtime_dir.as_path(), &cfg.conf_copy, conf_dir, &cfg.qemu_conf_copy] {
                 match files::chown(p, cfg.user) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                         return Err(io("changing the owner of", p)(e));

@@ -34,6 +34,11 @@ use crate::tool;
 /// The masquerade network's CIDR (`vmNetworkCIDR`'s default, the only one supported).
 pub const MASQUERADE_CIDR: &str = "10.0.2.0/24";
 
+/// The guest's hostname: the spec's, else the VMI's name.
+pub fn hostname(spec: &VirtualMachineInstanceSpec, vmi_name: &str) -> String {
+    spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| vmi_name.to_owned())
+}
+
 /// What the pod network needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {

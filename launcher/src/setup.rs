@@ -32,7 +32,7 @@ use rustix::net::{
 };
 
 use crate::dhcp;
-use crate::disks::{self, Action};
+use crate::disks::{self, Action, VolumePlan};
 use crate::files;
 use crate::layout::Layout;
 use crate::network::{self, Links};
@@ -101,31 +101,27 @@ pub struct Done {
     pub dhcp: Option<UdpSocket>,
 }
 
-/// Whether `spec` needs the privileged set-up: a pod-network interface or a claim.
-pub fn needed(spec: &VirtualMachineInstanceSpec, hostname: &str, vmi_uid: &str) -> Result<bool, Error> {
-    let network = network::plan(spec, hostname, vmi_uid).map_err(Error::Network)?;
-    let plans = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
-    Ok(network != network::Plan::None || plans.iter().any(|p| matches!(p.action, Action::Pvc { .. })))
+/// Whether a pod with these plans needs the privileged set-up: a pod-network interface or a claim.
+pub fn needed(network: &network::Plan, volumes: &[VolumePlan]) -> bool {
+    *network != network::Plan::None || volumes.iter().any(|p| matches!(p.action, Action::Pvc { .. }))
 }
 
-/// The privileged set-up of `spec`'s pod, in this process's namespaces (as root).
+/// The privileged set-up of a pod with these plans, in this process's namespaces (as root).
 pub fn privileged(
-    spec: &VirtualMachineInstanceSpec,
-    hostname: &str,
-    vmi_uid: &str,
+    network: &network::Plan,
+    volumes: &[VolumePlan],
     host: &network::Host,
     layout: &Layout,
 ) -> Result<Done, Error> {
-    let plans = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
-    for p in &plans {
+    for p in volumes {
         if let Action::Pvc { device, mount, image } = &p.action {
             own_claim(&p.volume, &layout.at(device), &layout.at(mount), &layout.at(image))?;
         }
     }
-    match network::plan(spec, hostname, vmi_uid).map_err(Error::Network)? {
+    match network {
         network::Plan::None => Ok(Done { links: None, dhcp: None }),
         network::Plan::Masquerade(m) => {
-            let links = network::apply_links(&m, host).map_err(Error::Network)?;
+            let links = network::apply_links(m, host).map_err(Error::Network)?;
             let socket = dhcp::bind(POD_BRIDGE).map_err(|e| Error::Network(network::Error::from(e)))?;
             Ok(Done { links: Some(links), dhcp: Some(socket) })
         }
@@ -173,7 +169,9 @@ pub fn serve_request(mut input: impl Read, reply: impl AsFd, layout: &Layout) ->
         input.read_to_string(&mut text).map_err(|e| Error::Request(serde_json::Error::io(e)))?;
         let req: SetupRequest = serde_json::from_str(&text).map_err(Error::Request)?;
         let spec: VirtualMachineInstanceSpec = serde_json::from_value(req.vmi_spec.clone()).map_err(Error::Spec)?;
-        let hostname = spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| req.vmi_name.clone());
+        let hostname = network::hostname(&spec, &req.vmi_name);
+        let net = network::plan(&spec, &hostname, &req.vmi_uid).map_err(Error::Network)?;
+        let volumes = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(Error::Disks)?;
         // Scratch files (the nftables ruleset) in a fresh directory only root can enter: nothing the launcher
         // prepared is written to as root.
         let scratch = tempfile::tempdir().map_err(|source| Error::HandOver {
@@ -187,7 +185,7 @@ pub fn serve_request(mut input: impl Read, reply: impl AsFd, layout: &Layout) ->
             state_dir: scratch.path().to_path_buf(),
             tap_owner: files::qemu_owner(),
         };
-        privileged(&spec, &hostname, &req.vmi_uid, &host, layout)
+        privileged(&net, &volumes, &host, layout)
     })();
     let (reply_msg, socket) = match outcome {
         Ok(done) => {
@@ -201,7 +199,7 @@ pub fn serve_request(mut input: impl Read, reply: impl AsFd, layout: &Layout) ->
 
 /// Sends `msg` as one JSON line on `to`, with `fd` attached.
 pub fn send_reply(to: impl AsFd, msg: &SetupReply, fd: Option<std::os::fd::BorrowedFd<'_>>) -> io::Result<()> {
-    let line = format!("{}\n", serde_json::to_string(msg).map_err(io::Error::other)?);
+    let line = msg.to_line();
     let fds = fd.as_slice();
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
@@ -285,8 +283,7 @@ fn receive(conn: &std::os::unix::net::UnixStream) -> io::Result<(SetupReply, Opt
             return Err(io::Error::other("the reply is too long"));
         }
     }
-    let reply: SetupReply =
-        serde_json::from_slice(data.trim_ascii()).map_err(|e| io::Error::other(format!("not a SetupReply: {e}")))?;
+    let reply = SetupReply::from_line(&data).map_err(|e| io::Error::other(format!("not a SetupReply: {e}")))?;
     Ok((reply, fd))
 }
 
@@ -298,7 +295,9 @@ mod tests {
     fn only_a_pod_network_or_a_claim_needs_the_node_agent() -> Result<(), String> {
         let needs = |spec: serde_json::Value| {
             let spec: VirtualMachineInstanceSpec = serde_json::from_value(spec).map_err(|e| e.to_string())?;
-            needed(&spec, "h", "u-1").map_err(|e| e.to_string())
+            let net = network::plan(&spec, "h", "u-1").map_err(|e| e.to_string())?;
+            let volumes = disks::plan(spec.volumes.as_deref().unwrap_or_default()).map_err(|e| e.to_string())?;
+            Ok::<bool, String>(needed(&net, &volumes))
         };
         let disk = serde_json::json!([{"name": "d", "containerDisk": {"image": "i"}}]);
         assert!(!needs(serde_json::json!({"domain": {"devices": {}}, "volumes": disk}))?);

@@ -171,8 +171,7 @@ pub fn set_up(dir: &SocketDir, pod_uid: &str, req: &SetupRequest) -> Result<Stri
     if let Err(e) = &outcome {
         // The program did not answer: the launcher hears the reason from the agent.
         let reply = SetupReply { error: Some(contracts::errors::chain_line(e)), ..SetupReply::default() };
-        let line = format!("{}\n", serde_json::to_string(&reply).unwrap_or_default());
-        let _ = (&conn).write_all(line.as_bytes());
+        let _ = (&conn).write_all(reply.to_line().as_bytes());
     }
     outcome
 }

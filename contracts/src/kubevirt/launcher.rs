@@ -257,6 +257,18 @@ pub struct SetupReply {
     pub mtu: Option<u32>,
 }
 
+impl SetupReply {
+    /// The reply as sent: one JSON line.
+    pub fn to_line(&self) -> String {
+        format!("{}\n", serde_json::to_string(self).unwrap_or_default())
+    }
+
+    /// Parses a reply as sent ([`SetupReply::to_line`]).
+    pub fn from_line(line: &[u8]) -> Result<SetupReply, serde_json::Error> {
+        serde_json::from_slice(line.trim_ascii())
+    }
+}
+
 /// The copy of [`LIBVIRTD_CONF`] libvirtd runs with.
 pub fn libvirtd_conf_copy() -> String {
     format!("{LAUNCHER_STATE_DIR}/libvirtd.conf")

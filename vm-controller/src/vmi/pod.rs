@@ -403,15 +403,11 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
         // root (the masquerade links, the claims' ownership, the DHCP socket) the node agent does for it
         // (launcher/src/setup.rs, node-agent/src/pod_setup.rs); libvirtd is a session daemon.
         security_context: Some(SecurityContext {
-            run_as_user: Some(QEMU_UID),
-            run_as_group: Some(QEMU_UID),
-            run_as_non_root: Some(true),
-            allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities {
                 add: Some(vec!["NET_BIND_SERVICE".into()]),
                 drop: Some(vec!["ALL".into()]),
             }),
-            ..Default::default()
+            ..unprivileged()
         }),
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
