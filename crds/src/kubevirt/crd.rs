@@ -1,6 +1,6 @@
-//! The CRDs of `kubevirt.io`: VirtualMachineInstance, VirtualMachine and VirtualMachineInstanceReplicaSet, served as `v1` (storage) and `v1alpha3`
+//! The CRDs of `kubevirt.io`: VirtualMachineInstance, VirtualMachine, VirtualMachineInstanceReplicaSet and VirtualMachineInstanceMigration, served as `v1` (storage) and `v1alpha3`
 //! (deprecated, with upstream's warning), the same schema for both; the VMI has **no status subresource**, the VM
-//! has one, the VMIRS status and scale (contract §0.1). [`files`] is what
+//! has one, the VMIRS status and scale, the VMIM status (contract §0.1). [`files`] is what
 //! `crdgen` writes and the drift test compares.
 //!
 //! The schema is the one the types generate, post-processed here:
@@ -26,6 +26,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 
 use super::consts::{V1ALPHA3_DEPRECATION, VERSION, VERSION_V1ALPHA3};
+use super::migration::VirtualMachineInstanceMigration;
 use super::replicaset::VirtualMachineInstanceReplicaSet;
 use super::vm::VirtualMachine;
 use super::vmi::VirtualMachineInstance;
@@ -59,6 +60,9 @@ pub const VM_FILE: &str = "virtualmachine.yaml";
 /// File name of the VirtualMachineInstanceReplicaSet CRD under `deploy/crds/`.
 pub const VMIRS_FILE: &str = "virtualmachineinstancereplicaset.yaml";
 
+/// File name of the VirtualMachineInstanceMigration CRD under `deploy/crds/`.
+pub const VMIM_FILE: &str = "virtualmachineinstancemigration.yaml";
+
 /// Whether a CRD keeps the status subresource its `kube` derive declares.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum StatusSubresource {
@@ -69,25 +73,31 @@ enum StatusSubresource {
 /// The VirtualMachineInstance CRD: `v1` served and stored, `v1alpha3` served and deprecated, identical schemas, no
 /// subresources.
 pub fn virtualmachineinstance() -> Result<CustomResourceDefinition, Error> {
-    two_versions(VirtualMachineInstance::crd(), "spec", StatusSubresource::Drop)
+    two_versions(VirtualMachineInstance::crd(), Some("spec"), StatusSubresource::Drop)
 }
 
 /// The VirtualMachine CRD: as the VMI's (both versions), with a status subresource; the VMI spec it embeds is
 /// `spec.template.spec`.
 pub fn virtualmachine() -> Result<CustomResourceDefinition, Error> {
-    two_versions(VirtualMachine::crd(), "spec.template.spec", StatusSubresource::Keep)
+    two_versions(VirtualMachine::crd(), Some("spec.template.spec"), StatusSubresource::Keep)
 }
 
 /// The VirtualMachineInstanceReplicaSet CRD: as the VM's, with status and scale subresources.
 pub fn virtualmachineinstancereplicaset() -> Result<CustomResourceDefinition, Error> {
-    two_versions(VirtualMachineInstanceReplicaSet::crd(), "spec.template.spec", StatusSubresource::Keep)
+    two_versions(VirtualMachineInstanceReplicaSet::crd(), Some("spec.template.spec"), StatusSubresource::Keep)
 }
 
-/// Post-processes a derived CRD whose VMI spec sits at `vmi_spec` (see the module docs) and serves it as `v1`
+/// The VirtualMachineInstanceMigration CRD: both versions, with a status subresource (upstream's); it embeds no VMI
+/// spec.
+pub fn virtualmachineinstancemigration() -> Result<CustomResourceDefinition, Error> {
+    two_versions(VirtualMachineInstanceMigration::crd(), None, StatusSubresource::Keep)
+}
+
+/// Post-processes a derived CRD whose VMI spec (if it embeds one) sits at `vmi_spec` (see the module docs) and serves it as `v1`
 /// (storage) and `v1alpha3` (deprecated).
 fn two_versions(
     mut crd: CustomResourceDefinition,
-    vmi_spec: &str,
+    vmi_spec: Option<&str>,
     status: StatusSubresource,
 ) -> Result<CustomResourceDefinition, Error> {
     let name = crd.metadata.name.clone().unwrap_or_default();
@@ -108,7 +118,8 @@ fn two_versions(
         .and_then(|s| s.open_api_v3_schema.as_mut())
         .ok_or_else(|| Error::MissingPath { crd: name.clone(), path: "openAPIV3Schema".into() })?;
     normalize_integer_formats(root);
-    for path in KUBERNETES_TYPED {
+    for path in vmi_spec.map_or(&[][..], |_| KUBERNETES_TYPED) {
+        let vmi_spec = vmi_spec.unwrap_or_default();
         let node = schema_at(root, &format!("{vmi_spec}.{path}"))
             .ok_or_else(|| Error::MissingPath { crd: name.clone(), path: format!("{vmi_spec}.{path}") })?;
         for child in node.properties.iter_mut().flat_map(|p| p.values_mut()) {
@@ -172,6 +183,7 @@ pub fn all() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {
         (VMI_FILE, virtualmachineinstance()?),
         (VM_FILE, virtualmachine()?),
         (VMIRS_FILE, virtualmachineinstancereplicaset()?),
+        (VMIM_FILE, virtualmachineinstancemigration()?),
         (KUBEVIRT_FILE, kubevirt()?),
     ]
     .into_iter()
