@@ -9,6 +9,8 @@
 //! * [`TestNamespace`] creates a uniquely named namespace for one test.
 //! * [`push_image_from_binaries`], [`workspace_binary`] and [`content_tag`] package this workspace's binaries as
 //!   images for the cluster's registry; [`host_url`] and [`pod_registry`] are how pods reach host services.
+//! * [`NODE1`], [`node2_name`], [`ready_nodes`] and [`require_ready_nodes`] for tests that need the second node
+//!   (`KV_NODES=2 tests/cluster/up`).
 //!
 //! Only generic cluster helpers live here; the CDI stack's (deploying it, volume contents) are in
 //! `cdi-test-support` (`tests/cdi-support`). Cluster tests are `#[ignore]`d and run with
@@ -24,7 +26,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Namespace};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, ResourceExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
@@ -223,8 +225,71 @@ pub fn test_image(name: &str) -> String {
     format!("{}/kubevirt-rs/{name}:1", registry())
 }
 
-/// The host as pods see it: the pod bridge's address, NATed to 127.0.0.1 (`tests/cluster/node.sh`).
+/// The host as pods see it: node 1's pod bridge address, NATed to 127.0.0.1 for pods on either node
+/// (`tests/cluster/node.sh`).
 pub const POD_GATEWAY: &str = "10.244.0.1";
+
+/// Name of the test cluster's first node (`tests/cluster/node.sh`).
+pub const NODE1: &str = "localhost";
+
+/// Name of the second node that `KV_NODES=2 tests/cluster/up` adds: its kubelet's address, `$KV_NODE2_IP` or
+/// `127.0.0.2` (the apiserver dials a kubelet at its node's name; see `tests/cluster/README.md`).
+pub fn node2_name() -> String {
+    std::env::var("KV_NODE2_IP").unwrap_or_else(|_| "127.0.0.2".to_owned())
+}
+
+fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Names of the cluster's nodes whose `Ready` condition is `True`, sorted.
+pub async fn ready_nodes(client: &Client) -> Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut names: Vec<String> = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| node_is_ready(n))
+        .map(|n| n.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Waits (at most 30 s) until every node of `names` is `Ready`; fails with [`Error::Check`] naming the missing
+/// ones, every node's state and how to start the second node (`KV_NODES=2 tests/cluster/up`).
+pub async fn require_ready_nodes(client: &Client, names: &[&str]) -> Result<()> {
+    let missing = |ready: &[String]| names.iter().filter(|n| !ready.iter().any(|r| r == *n)).count();
+    let waited = poll_until("ready nodes", Duration::from_secs(30), || async {
+        let ready = ready_nodes(client).await.ok()?;
+        (missing(&ready) == 0).then_some(())
+    })
+    .await;
+    if waited.is_ok() {
+        return Ok(());
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let state = match nodes.list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|n| format!("{} (Ready: {})", n.name_any(), node_is_ready(n)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(e) => format!("<listing nodes failed: {e}>"),
+    };
+    Err(Error::Check {
+        what: format!("this test needs the Ready nodes {names:?}"),
+        message: format!(
+            "the cluster has: {state}. Start the second node with `KV_NODES=2 tests/cluster/up` (or run the tests \
+             with KV_NODES=2 in the environment)"
+        ),
+    })
+}
 
 /// The test registry as pods see it (through the cluster's NAT; for `docker://` URLs).
 pub fn pod_registry() -> String {
