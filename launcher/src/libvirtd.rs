@@ -82,24 +82,32 @@ pub fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// `libvirtd.conf` with `unix_sock_dir` set to `socket_dir` (the existing setting replaced, else appended).
-pub fn render_conf(source: &str, socket_dir: &Path) -> String {
-    let setting = format!("unix_sock_dir = {}", serde_json::Value::from(socket_dir.to_string_lossy()));
-    let mut replaced = false;
+/// `libvirtd.conf` with `unix_sock_dir` set to `socket_dir` and, when given, `host_uuid` to `host_uuid` (each
+/// existing setting replaced, else appended).
+pub fn render_conf(source: &str, socket_dir: &Path, host_uuid: Option<&str>) -> String {
+    let mut settings = vec![("unix_sock_dir", socket_dir.to_string_lossy().into_owned())];
+    if let Some(uuid) = host_uuid {
+        settings.push(("host_uuid", uuid.to_owned()));
+    }
+    let line_of = |key: &str, value: &str| format!("{key} = {}", serde_json::Value::from(value));
+    let mut replaced = Vec::new();
     let mut out: Vec<String> = source
         .lines()
         .map(|line| {
             let key = line.trim_start().split(['=', ' ', '\t']).next().unwrap_or("");
-            if key == "unix_sock_dir" {
-                replaced = true;
-                setting.clone()
-            } else {
-                line.to_owned()
+            match settings.iter().find(|(k, _)| *k == key) {
+                Some((k, v)) => {
+                    replaced.push(*k);
+                    line_of(k, v)
+                }
+                None => line.to_owned(),
             }
         })
         .collect();
-    if !replaced {
-        out.push(setting);
+    for (k, v) in &settings {
+        if !replaced.contains(k) {
+            out.push(line_of(k, v));
+        }
     }
     out.join("\n") + "\n"
 }
@@ -129,6 +137,10 @@ pub struct Config {
     pub runtime_dir: PathBuf,
     /// The user it runs as when the launcher is root (else the launcher's own).
     pub user: u32,
+    /// libvirt's host UUID (`host_uuid`): the pod's UID, so that two launchers on one machine (a migration's source
+    /// and target on a one-machine test cluster, or the same host's SMBIOS UUID) are different hosts to libvirt's
+    /// migration check. `None` keeps libvirt's own.
+    pub host_uuid: Option<String>,
     /// How long its socket may take to answer.
     pub start_timeout: Duration,
 }
@@ -154,11 +166,9 @@ impl Libvirtd {
                 source,
             })?;
         }
-        tokio::fs::write(&cfg.conf_copy, render_conf(&source, &cfg.socket_dir)).await.map_err(|source| Error::Io {
-            operation: "writing",
-            path: cfg.conf_copy.clone(),
-            source,
-        })?;
+        tokio::fs::write(&cfg.conf_copy, render_conf(&source, &cfg.socket_dir, cfg.host_uuid.as_deref()))
+            .await
+            .map_err(|source| Error::Io { operation: "writing", path: cfg.conf_copy.clone(), source })?;
         let io = |operation, path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::Io { operation, path, source }
@@ -308,17 +318,17 @@ mod tests {
     fn the_socket_directory_is_replaced_or_added() {
         let image = "# comment about unix_sock_dir\nunix_sock_dir = \"/run/libvirt\"\n\nauth_unix_rw = \"none\"\n";
         assert_eq!(
-            render_conf(image, Path::new("/var/run/kubevirt/sockets/p-1")),
+            render_conf(image, Path::new("/var/run/kubevirt/sockets/p-1"), None),
             "# comment about unix_sock_dir\nunix_sock_dir = \"/var/run/kubevirt/sockets/p-1\"\n\nauth_unix_rw = \"none\"\n"
         );
-        assert_eq!(render_conf("  unix_sock_dir=\"/x\"", Path::new("/s")), "unix_sock_dir = \"/s\"\n");
+        assert_eq!(render_conf("  unix_sock_dir=\"/x\"", Path::new("/s"), None), "unix_sock_dir = \"/s\"\n");
         assert_eq!(
-            render_conf("log_outputs = \"3:stderr\"\n", Path::new("/s")),
-            "log_outputs = \"3:stderr\"\nunix_sock_dir = \"/s\"\n"
+            render_conf("log_outputs = \"3:stderr\"\n", Path::new("/s"), Some("5a1e")),
+            "log_outputs = \"3:stderr\"\nunix_sock_dir = \"/s\"\nhost_uuid = \"5a1e\"\n"
         );
         // A commented-out setting stays commented.
         assert_eq!(
-            render_conf("#unix_sock_dir = \"/x\"\n", Path::new("/s")),
+            render_conf("#unix_sock_dir = \"/x\"\n", Path::new("/s"), None),
             "#unix_sock_dir = \"/x\"\nunix_sock_dir = \"/s\"\n"
         );
     }
@@ -327,9 +337,14 @@ mod tests {
     #[test]
     fn the_images_libvirtd_conf_gets_the_socket_directory() {
         let image = include_str!("../../deploy/launcher/libvirtd.conf");
-        let out = render_conf(image, Path::new("/var/run/kubevirt/sockets/p-1"));
+        let out = render_conf(
+            image,
+            Path::new("/var/run/kubevirt/sockets/p-1"),
+            Some("7d6c1a52-0000-4000-8000-000000000001"),
+        );
         let settings: Vec<&str> = out.lines().filter(|l| l.starts_with("unix_sock_dir")).collect();
         assert_eq!(settings, ["unix_sock_dir = \"/var/run/kubevirt/sockets/p-1\""]);
         assert!(out.contains("auth_unix_rw = \"none\""));
+        assert!(out.ends_with("host_uuid = \"7d6c1a52-0000-4000-8000-000000000001\"\n"));
     }
 }

@@ -20,8 +20,8 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use contracts::kubevirt::launcher::{
-    MASQUERADE_GATEWAY, MASQUERADE_GUEST, MASQUERADE_NFT_TABLE, MASQUERADE_PREFIX, POD_BRIDGE, POD_INTERFACE, POD_TAP,
-    derived_mac,
+    MASQUERADE_GATEWAY, MASQUERADE_GATEWAY_MAC, MASQUERADE_GUEST, MASQUERADE_NFT_TABLE, MASQUERADE_PREFIX, POD_BRIDGE,
+    POD_INTERFACE, POD_TAP, derived_mac,
 };
 use crds::kubevirt::VirtualMachineInstanceSpec;
 use crds::kubevirt::domain::{Interface, Protocol};
@@ -502,7 +502,9 @@ pub fn apply_links(m: &Masquerade, host: &Host) -> Result<Links, Error> {
     let mtu_s = mtu.to_string();
     let gateway = format!("{MASQUERADE_GATEWAY}/{MASQUERADE_PREFIX}");
     let steps: [(&'static str, Vec<&str>); 7] = [
-        ("creating the bridge", vec!["link", "add", POD_BRIDGE, "type", "bridge"]),
+        // A fixed MAC (not the lowest port's): the guest's ARP entry for its gateway stays right after a live
+        // migration to another pod.
+        ("creating the bridge", vec!["link", "add", POD_BRIDGE, "address", MASQUERADE_GATEWAY_MAC, "type", "bridge"]),
         ("setting the bridge's MTU", vec!["link", "set", POD_BRIDGE, "mtu", &mtu_s]),
         ("giving the bridge the gateway address", vec!["addr", "add", &gateway, "dev", POD_BRIDGE]),
         ("creating the tap", vec!["tuntap", "add", "dev", POD_TAP, "mode", "tap", "user", &owner, "group", &owner]),

@@ -13,6 +13,7 @@
 //! * [`libvirt`]: a thin blocking client of one libvirt daemon (no events: state is polled; no `unsafe`).
 //! * [`phase`] (pure): libvirt state and reason → VMI phase.
 //! * [`agent`]: the reconciler of the node's VMIs; [`server`]: the node API virt-api calls (console, VNC, pause).
+//! * [`migration`]: live migration between two node agents (source job, target listeners, TLS proxies).
 //!
 //! The paths the XML points at are the launcher pod contract's (`contracts::kubevirt::launcher`); the launcher
 //! prepares the files there.
@@ -22,6 +23,7 @@
 pub mod agent;
 pub mod domain_xml;
 pub mod libvirt;
+pub mod migration;
 pub mod phase;
 pub mod pod_setup;
 pub mod screenshot;

@@ -64,6 +64,10 @@ pub enum Operation {
     Resume,
     /// `virDomainScreenshot` and reading its stream.
     Screenshot,
+    /// `virDomainMigrateToURI3` (peer to peer).
+    Migrate,
+    /// `virDomainGetJobInfo`.
+    JobInfo,
 }
 
 impl fmt::Display for Operation {
@@ -82,6 +86,8 @@ impl fmt::Display for Operation {
             Operation::Undefine => "undefining",
             Operation::XmlDesc => "reading the XML of",
             Operation::Screenshot => "taking a screenshot of",
+            Operation::Migrate => "live-migrating",
+            Operation::JobInfo => "reading the job of",
         })
     }
 }
@@ -462,6 +468,74 @@ impl Domain {
     pub fn xml(&self) -> Result<String> {
         self.dom.xml_desc(0).map_err(self.err(Operation::XmlDesc))
     }
+
+    /// Live-migrates the domain peer to peer (blocking until libvirt finished or failed): this daemon connects to
+    /// `request.libvirt_uri` (the target's libvirtd) and sends the guest's memory (and the disks in
+    /// `request.copy_disks`) over `request.uri` / `request.disks_uri`.
+    pub fn migrate(&self, request: &MigrateRequest) -> Result<()> {
+        let mut flags = virt_sys::VIR_MIGRATE_LIVE
+            | virt_sys::VIR_MIGRATE_PEER2PEER
+            | virt_sys::VIR_MIGRATE_PERSIST_DEST
+            | virt_sys::VIR_MIGRATE_UNDEFINE_SOURCE;
+        if !request.copy_disks.is_empty() {
+            flags |= virt_sys::VIR_MIGRATE_NON_SHARED_INC;
+        }
+        if request.auto_converge {
+            flags |= virt_sys::VIR_MIGRATE_AUTO_CONVERGE;
+        }
+        if request.unsafe_migration {
+            flags |= virt_sys::VIR_MIGRATE_UNSAFE;
+        }
+        let params = virt::domain::MigrateParameters {
+            uri: Some(request.uri.clone()),
+            disks_uri: (!request.copy_disks.is_empty()).then(|| request.disks_uri.clone()),
+            migrate_disks: request.copy_disks.clone(),
+            bandwidth: request.bandwidth_mib_per_s.filter(|b| *b > 0),
+            ..Default::default()
+        };
+        self.dom.migrate_to_uri3(Some(&request.libvirt_uri), params, flags).map_err(self.err(Operation::Migrate))
+    }
+
+    /// The progress of the domain's current job (a migration): bytes processed and remaining, `None` when no job
+    /// runs.
+    pub fn job_progress(&self) -> Result<Option<JobProgress>> {
+        let stats = self.dom.job_info().map_err(self.err(Operation::JobInfo))?;
+        if stats.r#type == 0 {
+            return Ok(None);
+        }
+        Ok(Some(JobProgress {
+            processed: stats.data_processed.unwrap_or_default(),
+            remaining: stats.data_remaining.unwrap_or_default(),
+        }))
+    }
+}
+
+/// What [`Domain::migrate`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateRequest {
+    /// The target libvirtd, as the source libvirtd reaches it.
+    pub libvirt_uri: String,
+    /// QEMU's migration stream (`unix:///…`).
+    pub uri: String,
+    /// The NBD stream of the copied disks (`unix:///…`).
+    pub disks_uri: String,
+    /// Target names (`vda`, …) of the disks to copy (not shared); empty: none (shared storage only).
+    pub copy_disks: Vec<String>,
+    /// libvirt's bandwidth cap in MiB/s; `None` or 0: unlimited.
+    pub bandwidth_mib_per_s: Option<u64>,
+    /// `VIR_MIGRATE_AUTO_CONVERGE` (throttle the vCPUs when the copy does not converge).
+    pub auto_converge: bool,
+    /// `VIR_MIGRATE_UNSAFE` (skip libvirt's disk cache safety check).
+    pub unsafe_migration: bool,
+}
+
+/// A running job's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobProgress {
+    /// Bytes sent so far.
+    pub processed: u64,
+    /// Bytes left (memory dirtied again counts again).
+    pub remaining: u64,
 }
 
 #[cfg(test)]

@@ -26,6 +26,13 @@ struct Args {
     /// `kubevirt-virt-handler-server-certs`). Unreadable: the agent does not start.
     #[arg(long, env = "NODE_API_TLS_DIR", default_value = contracts::kubevirt::node_api::SERVER_CERT_DIR)]
     node_api_tls_dir: std::path::PathBuf,
+    /// Directory of the client certificate the agent presents to other node agents' migration proxies (the mounted
+    /// Secret `kubevirt-virt-handler-certs`). Unreadable: outbound migrations fail with the reason.
+    #[arg(long, env = "MIGRATION_CLIENT_TLS_DIR", default_value = contracts::kubevirt::node_api::CLIENT_CERT_DIR)]
+    migration_client_tls_dir: std::path::PathBuf,
+    /// This agent's pod IP (the downward API's `status.podIP`): migration targets listen and are published there.
+    #[arg(long, env = "POD_IP")]
+    pod_ip: Option<std::net::IpAddr>,
 }
 
 fn main() -> ExitCode {
@@ -45,12 +52,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let health::Process { client, metrics, ready } = health::start("kubevirt_rs_node_agent", args.metrics_addr).await?;
     ready.store(true, Ordering::SeqCst);
     let instance = std::env::var("POD_NAME").ok();
+    let client_tls = match node_agent::server::client_tls_config(&args.migration_client_tls_dir) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "no client certificate: outbound live migrations are not possible");
+            None
+        }
+    };
+    let migrations =
+        std::sync::Arc::new(node_agent::migration::Migrations::new(client_tls, Some(tls.clone()), args.pod_ip));
     node_agent::agent::run(
         client,
         args.node_name,
         metrics,
         instance,
         Some((args.node_api_addr, tls)),
+        migrations,
         binary::shutdown_signal(),
     )
     .await

@@ -64,6 +64,15 @@ pub fn tls_config(dir: &std::path::Path) -> Result<Arc<rustls::ServerConfig>, Er
     Ok(tls::server_config(chain, key, Some(cas))?)
 }
 
+/// The client configuration of the migration proxies from the Secret mounted at `dir` (`tls.crt`, `tls.key`: the
+/// client certificate; `ca.crt`: the CA the other agents' serving certificate is verified against).
+pub fn client_tls_config(dir: &std::path::Path) -> Result<Arc<rustls::ClientConfig>, Error> {
+    let chain = tls::load_certs(&dir.join("tls.crt"))?;
+    let key = tls::load_key(&dir.join("tls.key"))?;
+    let roots = tls::roots(&tls::load_certs(&dir.join("ca.crt"))?)?;
+    Ok(tls::client_config(roots, Some((chain, key)))?)
+}
+
 /// Which stream of a VMI a session is attached to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum StreamKind {

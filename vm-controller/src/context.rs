@@ -36,6 +36,8 @@ pub struct Stores {
     pub data_volumes: Store<DataVolume>,
     /// Every VMI (fed by the VM controller's own VMI watch).
     pub vmis: Store<VirtualMachineInstance>,
+    /// Every VirtualMachineInstanceMigration.
+    pub migrations: Store<crds::kubevirt::VirtualMachineInstanceMigration>,
 }
 
 /// Everything a reconcile needs.
@@ -52,6 +54,9 @@ pub struct Context {
     pub metrics: ReconcileMetrics,
     /// Retry state.
     pub policy: ErrorPolicy,
+    /// Running migrations allowed in the cluster and per source node (`parallelMigrationsPerCluster`,
+    /// `parallelOutboundMigrationsPerNode`).
+    pub migration_caps: (usize, usize),
 }
 
 /// The label selector of every launcher pod.

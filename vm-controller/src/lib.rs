@@ -19,6 +19,7 @@
 
 pub mod context;
 pub mod error;
+pub mod migration;
 pub mod replicaset;
 pub mod vm;
 pub mod vmi;
@@ -31,7 +32,9 @@ use controller_runtime::metrics::ReconcileMetrics;
 use controller_runtime::policy::ErrorPolicy;
 use controller_runtime::store::{reflect, reflect_stream, wait_ready};
 use crds::cdi::datavolume::DataVolume;
-use crds::kubevirt::{VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceReplicaSet};
+use crds::kubevirt::{
+    VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration, VirtualMachineInstanceReplicaSet,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::runtime::controller::Controller;
@@ -64,8 +67,10 @@ pub async fn run_controllers(
         pvcs: reflect(Api::<PersistentVolumeClaim>::all(client.clone()), all()),
         data_volumes: reflect(Api::<DataVolume>::all(client.clone()), all()),
         vmis,
+        migrations: reflect(Api::<VirtualMachineInstanceMigration>::all(client.clone()), all()),
     };
     wait_ready(&stores.pvcs, "PVCs").await?;
+    wait_ready(&stores.migrations, "VirtualMachineInstanceMigrations").await?;
     wait_ready(&stores.data_volumes, "DataVolumes").await?;
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -74,6 +79,10 @@ pub async fn run_controllers(
         events: Events::new(client.clone(), "virtualmachine-controller", instance),
         metrics,
         policy: ErrorPolicy::new(vmi::CONTROLLER),
+        migration_caps: (
+            crds::kubevirt::config::MigrationConfiguration::DEFAULT_PARALLEL_PER_CLUSTER as usize,
+            crds::kubevirt::config::MigrationConfiguration::DEFAULT_PARALLEL_OUTBOUND_PER_NODE as usize,
+        ),
     });
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let vmi_controller =
@@ -95,9 +104,36 @@ pub async fn run_controllers(
         .for_each(|_| futures::future::ready(()));
     let sets = Controller::new(Api::<VirtualMachineInstanceReplicaSet>::all(client.clone()), all())
         .owns(Api::<VirtualMachineInstance>::all(client.clone()), all())
-        .graceful_shutdown_on(shutdown)
-        .run(replicaset::reconcile, replicaset::error_policy, ctx)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(replicaset::reconcile, replicaset::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    futures::future::join3(vmis, vms, sets).await;
+    // A migration is looked at again when its VMI (migrationState, node) or its target pod changes.
+    let migration_store = ctx.stores.migrations.clone();
+    let migrations = Controller::new(Api::<VirtualMachineInstanceMigration>::all(client.clone()), all())
+        .watches(Api::<VirtualMachineInstance>::all(client.clone()), all(), move |vmi: VirtualMachineInstance| {
+            let (ns, name) = (vmi.metadata.namespace.clone(), vmi.metadata.name.clone());
+            migration_store
+                .state()
+                .into_iter()
+                .filter(move |m| m.metadata.namespace == ns && Some(&m.spec.vmi_name) == name.as_ref())
+                .map(|m| kube::runtime::reflector::ObjectRef::from_obj(m.as_ref()))
+        })
+        .watches(
+            Api::<Pod>::all(client.clone()),
+            all().labels(contracts::kubevirt::consts::label::MIGRATION_JOB_UID),
+            |pod: Pod| {
+                let name = pod
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get(contracts::kubevirt::consts::ann::MIGRATION_JOB_NAME)?
+                    .clone();
+                Some(kube::runtime::reflector::ObjectRef::new(&name).within(pod.metadata.namespace.as_deref()?))
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(migration::reconcile, migration::error_policy, ctx)
+        .for_each(|_| futures::future::ready(()));
+    futures::future::join4(vmis, vms, sets, migrations).await;
     Ok(())
 }

@@ -23,10 +23,14 @@ pub const CONSOLE_LOG_CONTAINER: &str = "guest-console-log";
 /// Name of the init container that provides the tools the containerDisk containers run.
 pub const CONTAINER_DISK_BINARY_CONTAINER: &str = "container-disk-binary";
 
-/// Host directory (a hostPath of the node agent) holding one directory per launcher pod, named by the pod's UID:
-/// the pod mounts only its own (`subPathExpr: $(POD_UID)`) at [`POD_SOCKETS_DIR`]. The node agent removes a pod's
-/// directory once the pod is gone.
+/// The node agent's view of the node's socket directories: one directory per launcher pod, named by the pod's UID.
+/// On the host they are under [`HOST_SOCKETS_DIR`]`/<node name>/`: the node agent mounts its node's subdirectory
+/// here (`subPathExpr: $(NODE_NAME)`), a launcher pod only its own (`subPathExpr: $(NODE_NAME)/$(POD_UID)`) at
+/// [`POD_SOCKETS_DIR`]. (One directory per node name keeps the nodes of a one-machine test cluster apart.) The
+/// node agent removes a pod's directory once the pod is gone.
 pub const NODE_SOCKETS_DIR: &str = "/var/run/kubevirt-rs/sockets";
+/// The hostPath holding [`NODE_SOCKETS_DIR`] of every node name.
+pub const HOST_SOCKETS_DIR: &str = "/var/run/kubevirt-rs/sockets";
 /// The launcher pod's own socket directory, as the `compute` container sees it.
 pub const POD_SOCKETS_DIR: &str = "/var/run/kubevirt/sockets";
 /// Pod-private directory (an emptyDir) for the launcher's state: the serial log, containerDisk copies, overlays.
@@ -109,10 +113,70 @@ impl SocketDir {
         format!("{}/virt-vnc", self.qemu_dir())
     }
 
+    /// The directory of a live migration's unix sockets ([`MigrationChannel`]): in the source pod the node agent's
+    /// proxies listen there, in the target pod QEMU's incoming migration and libvirtd's NBD server do. The node agent
+    /// creates it, owned by the `qemu` user.
+    pub fn migration_dir(&self) -> String {
+        format!("{}/migration", self.0)
+    }
+
+    /// The unix socket of `channel` in [`SocketDir::migration_dir`].
+    pub fn migration_socket(&self, channel: MigrationChannel) -> String {
+        format!("{}/{}", self.migration_dir(), channel.socket_name())
+    }
+
+    /// The libvirt URI the source's libvirtd connects to for a peer-to-peer migration: its pod's
+    /// [`MigrationChannel::Libvirt`] socket, proxied to the target pod's libvirtd.
+    pub fn migration_libvirt_uri(&self) -> String {
+        format!("qemu+unix:///session?socket={}", self.migration_socket(MigrationChannel::Libvirt))
+    }
+
     /// Written by the launcher when the kubelet asked it to stop (SIGTERM): a guest that stops after this was
     /// stopped because its pod went away, not by itself, so the node agent reports the VMI `Failed`.
     pub fn terminating(&self) -> String {
         format!("{}/terminating", self.0)
+    }
+}
+
+/// One stream of a live migration, proxied between the source and target pods' [`SocketDir::migration_socket`]s
+/// by the two node agents (upstream's migration proxy: unix socket → TLS between the nodes → unix socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MigrationChannel {
+    /// libvirt's own connection (source libvirtd → target libvirtd, peer to peer).
+    Libvirt,
+    /// QEMU's migration stream (memory and device state).
+    Direct,
+    /// The NBD stream of a block migration (the disks that are not shared).
+    Block,
+}
+
+impl MigrationChannel {
+    /// Every channel.
+    pub const ALL: [MigrationChannel; 3] =
+        [MigrationChannel::Libvirt, MigrationChannel::Direct, MigrationChannel::Block];
+
+    /// The socket's file name.
+    pub fn socket_name(self) -> &'static str {
+        match self {
+            MigrationChannel::Libvirt => "libvirt.sock",
+            MigrationChannel::Direct => "direct.sock",
+            MigrationChannel::Block => "block.sock",
+        }
+    }
+
+    /// The value upstream writes for this channel in `migrationState.targetDirectMigrationNodePorts` (node port →
+    /// this): 0 for libvirt, 49152 for the migration stream, 49153 for block migration.
+    pub fn upstream_port(self) -> i64 {
+        match self {
+            MigrationChannel::Libvirt => 0,
+            MigrationChannel::Direct => 49152,
+            MigrationChannel::Block => 49153,
+        }
+    }
+
+    /// The channel of an upstream port value ([`MigrationChannel::upstream_port`]).
+    pub fn of_upstream_port(port: i64) -> Option<MigrationChannel> {
+        Self::ALL.into_iter().find(|c| c.upstream_port() == port)
     }
 }
 
@@ -298,6 +362,9 @@ pub const MASQUERADE_GATEWAY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0
 pub const MASQUERADE_GUEST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 2, 2);
 /// The masquerade network's prefix length.
 pub const MASQUERADE_PREFIX: u8 = 24;
+/// The MAC of the masquerade bridge (the guest's gateway), the same in every launcher pod so that a migrated
+/// guest's neighbour entry for its gateway stays valid.
+pub const MASQUERADE_GATEWAY_MAC: &str = "02:00:00:00:00:01";
 
 /// The MAC address of interface `interface` of the VMI `vmi_uid` when the spec gives none: a locally
 /// administered unicast address (`02:` + 5 bytes of an FNV-1a hash of `<uid>/<interface>`), the same in the domain
@@ -322,6 +389,8 @@ pub mod var {
     pub const VMI_UID: &str = "KUBEVIRT_RS_VMI_UID";
     /// The pod's own UID (downward API).
     pub const POD_UID: &str = "KUBEVIRT_RS_POD_UID";
+    /// The pod's node (downward API `spec.nodeName`; the socket directory's `subPathExpr` uses it).
+    pub const NODE_NAME: &str = "KUBEVIRT_RS_NODE_NAME";
     /// The VMI's spec as JSON (immutable once created).
     pub const VMI_SPEC: &str = "KUBEVIRT_RS_VMI_SPEC";
 }

@@ -55,6 +55,9 @@ pub struct KubeVirtConfiguration {
     /// CPU request of launcher pods whose VMI requests none (default 100m).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_request: Option<Quantity>,
+    /// Live migration settings (§5.5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migrations: Option<MigrationConfiguration>,
     /// Fields this version does not model, kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]
@@ -98,6 +101,53 @@ pub struct NetworkConfiguration {
     pub extra: Extra,
 }
 
+/// `spec.configuration.migrations` (§5.5; a MigrationPolicy overrides the tunables for the VMIs it selects). Absent
+/// fields take upstream's defaults ([`MigrationConfiguration::DEFAULT_PARALLEL_PER_CLUSTER`], …).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct MigrationConfiguration {
+    /// Running migrations allowed in the cluster (default 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_migrations_per_cluster: Option<u32>,
+    /// Running outbound migrations allowed per source node (default 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_outbound_migrations_per_node: Option<u32>,
+    /// Bandwidth cap per migration (a quantity per second, e.g. `64Mi`; 0: unlimited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth_per_migration: Option<Quantity>,
+    /// Seconds per GiB of memory and copied disk before a migration is aborted (default 150).
+    #[serde(rename = "completionTimeoutPerGiB", skip_serializing_if = "Option::is_none")]
+    pub completion_timeout_per_gib: Option<i64>,
+    /// Seconds without progress before a migration is aborted (default 150).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_timeout: Option<i64>,
+    /// Throttle the guest's vCPUs when the copy does not converge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_auto_converge: Option<bool>,
+    /// Switch to post-copy on the completion timeout (not implemented: refused by nothing, acted on as false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_post_copy: Option<bool>,
+    /// Skip libvirt's disk-cache safety check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsafe_migration_override: Option<bool>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+impl MigrationConfiguration {
+    /// Upstream's `parallelMigrationsPerCluster` default.
+    pub const DEFAULT_PARALLEL_PER_CLUSTER: u32 = 5;
+    /// Upstream's `parallelOutboundMigrationsPerNode` default.
+    pub const DEFAULT_PARALLEL_OUTBOUND_PER_NODE: u32 = 2;
+    /// Upstream's `completionTimeoutPerGiB` default (seconds).
+    pub const DEFAULT_COMPLETION_TIMEOUT_PER_GIB: i64 = 150;
+    /// Upstream's `progressTimeout` default (seconds).
+    pub const DEFAULT_PROGRESS_TIMEOUT: i64 = 150;
+}
+
 /// Observed state of the installation.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -121,6 +171,11 @@ impl KubeVirt {
             .and_then(|c| c.developer_configuration.as_ref())
             .and_then(|d| d.use_emulation)
             .unwrap_or(false)
+    }
+
+    /// `spec.configuration.migrations`, empty (all defaults) when absent.
+    pub fn migrations(&self) -> MigrationConfiguration {
+        self.spec.configuration.as_ref().and_then(|c| c.migrations.clone()).unwrap_or_default()
     }
 }
 

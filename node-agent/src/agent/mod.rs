@@ -70,13 +70,16 @@ pub enum Error {
     /// The VMI kept changing while it was being updated.
     #[error("VMI {0} kept changing while it was being updated")]
     Conflict(String),
+    /// A live migration step failed.
+    #[error("live migration: {0}")]
+    Migration(String),
 }
 
 impl Classify for Error {
     fn retry(&self) -> Retry {
         match self {
             Error::Kube { source, .. } => retry_of(source),
-            Error::Libvirt(_) | Error::Io { .. } | Error::Conflict(_) => Retry::Transient,
+            Error::Libvirt(_) | Error::Io { .. } | Error::Conflict(_) | Error::Migration(_) => Retry::Transient,
         }
     }
 }
@@ -111,6 +114,8 @@ pub struct Context {
     pub policy: ErrorPolicy,
     /// VMIs (by UID) whose guest was already asked to power off by ACPI.
     pub acpi_sent: Mutex<HashMap<String, std::time::Instant>>,
+    /// Live migrations from and to this node.
+    pub migrations: Arc<crate::migration::Migrations>,
 }
 
 /// Reconciles one VMI of this node.
@@ -120,6 +125,17 @@ pub async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Context>) -> R
         ctx.policy.on_success(vmi.as_ref());
     }
     r
+}
+
+/// Reconciles one VMI migrating to this node (the target side).
+pub async fn reconcile_target(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let target = crate::migration::target::Target {
+        client: &ctx.client,
+        node: &ctx.node,
+        pods: &ctx.stores.pods,
+        migrations: &ctx.migrations,
+    };
+    crate::migration::target::reconcile(&vmi, &target).await.map_err(|e| Error::Migration(e.to_string()))
 }
 
 /// The error policy: fatal errors wait for a change, transient ones back off.
@@ -149,7 +165,7 @@ pub fn active_pod(pods: &Store<Pod>, node: &str, vmi: &VirtualMachineInstance) -
     pods.state().into_iter().find(|p| p.metadata.uid.as_ref().is_some_and(|u| uids.contains(&u)))
 }
 
-fn launcher_view(dir: &SocketDir) -> LauncherView {
+pub(crate) fn launcher_view(dir: &SocketDir) -> LauncherView {
     if let Ok(reason) = std::fs::read_to_string(dir.failed()) {
         return LauncherView::Failed(reason.trim().to_owned());
     }
@@ -163,7 +179,7 @@ fn launcher_view(dir: &SocketDir) -> LauncherView {
 }
 
 /// The domain's state through the pod's libvirt (blocking; run on the blocking pool).
-fn inspect(uri: &str, name: &str) -> DomainView {
+pub(crate) fn inspect(uri: &str, name: &str) -> DomainView {
     let conn = match Libvirt::connect(uri) {
         Ok(c) => c,
         Err(e) => return DomainView::Unreachable(e.to_string()),
@@ -285,8 +301,10 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get(&uid)
         .is_some_and(|at| at.elapsed() < plan::ACPI_RESEND);
+    let migration = migration_role(vmi, &ctx.node, pod.as_deref(), &ctx.migrations);
     let observed = Observed {
         vmi,
+        migration,
         pod_ips,
         pod_terminated,
         launcher,
@@ -329,6 +347,15 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
     if let (Some(unpaused), Some(p)) = (plan.unpaused, &pod) {
         set_unpaused(ctx, p, unpaused).await?;
     }
+    // The source side of a live migration, once the guest runs here.
+    if let (Some(p), Some(d), DomainView::Present { .. }) = (&pod, &dir, &observed.domain)
+        && vmi.status.as_ref().is_some_and(|s| s.migration_state.is_some())
+    {
+        let options = migration_options(&ctx.stores.kubevirts);
+        crate::migration::source::drive(&ctx.client, &ctx.migrations, vmi, &p.name_any(), d, options)
+            .await
+            .map_err(|e| Error::Migration(e.to_string()))?;
+    }
     if plan.done
         && let Some(d) = &dir
         && !std::path::Path::new(&d.done()).exists()
@@ -339,6 +366,53 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         ctx.acpi_sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&uid);
     }
     Ok(plan.requeue.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+/// This node's part in the VMI's live migration, for the planner.
+fn migration_role(
+    vmi: &VirtualMachineInstance,
+    node: &str,
+    pod: Option<&Pod>,
+    migrations: &crate::migration::Migrations,
+) -> plan::MigrationRole {
+    let Some(state) = vmi.status.as_ref().and_then(|s| s.migration_state.as_ref()) else {
+        return plan::MigrationRole::None;
+    };
+    let mine = state.source_node.as_deref() == Some(node)
+        && pod.is_some_and(|p| state.source_pod.as_deref() == Some(p.name_any().as_str()));
+    if !mine {
+        return plan::MigrationRole::None;
+    }
+    if state.completed == Some(true) {
+        return plan::MigrationRole::MigratedAway;
+    }
+    let started = state.start_timestamp.is_some() && state.failed != Some(true);
+    if started || migrations.outbound(&vmi.uid().unwrap_or_default()) {
+        plan::MigrationRole::Outbound
+    } else {
+        plan::MigrationRole::None
+    }
+}
+
+/// The source's migration options from the cluster's `KubeVirt` (`spec.configuration.migrations`).
+fn migration_options(kubevirts: &Store<KubeVirt>) -> crate::migration::source::Options {
+    use crds::kubevirt::config::MigrationConfiguration as M;
+    let all = kubevirts.state();
+    let m = effective(all.iter().map(Arc::as_ref)).map(KubeVirt::migrations).unwrap_or_default();
+    let secs = |v: Option<i64>, d: i64| std::time::Duration::from_secs(v.unwrap_or(d).max(1).unsigned_abs());
+    crate::migration::source::Options {
+        bandwidth_mib_per_s: m
+            .bandwidth_per_migration
+            .as_ref()
+            .and_then(|q| contracts::quantity::parse_bytes(&q.0).ok())
+            .map_or(0, |b| b.div_ceil(1 << 20)),
+        auto_converge: m.allow_auto_converge == Some(true),
+        unsafe_migration: m.unsafe_migration_override == Some(true),
+        timeouts: crate::migration::plan::Timeouts {
+            completion_timeout_per_gib: secs(m.completion_timeout_per_gib, M::DEFAULT_COMPLETION_TIMEOUT_PER_GIB),
+            progress_timeout: secs(m.progress_timeout, M::DEFAULT_PROGRESS_TIMEOUT),
+        },
+    }
 }
 
 /// Sets the launcher pod's readiness gate condition, when it differs.
@@ -379,6 +453,7 @@ pub async fn run(
     metrics: ReconcileMetrics,
     instance: Option<String>,
     node_api: Option<(std::net::SocketAddr, Arc<rustls::ServerConfig>)>,
+    migrations: Arc<crate::migration::Migrations>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     use controller_runtime::store::{reflect, wait_ready};
@@ -407,6 +482,7 @@ pub async fn run(
         metrics,
         policy: ErrorPolicy::new(CONTROLLER),
         acpi_sent: Mutex::new(HashMap::new()),
+        migrations,
     });
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let stop = |tx: &tokio::sync::broadcast::Sender<()>| {
@@ -451,7 +527,15 @@ pub async fn run(
         Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
     })
     .graceful_shutdown_on(stop(&stop_tx))
-    .run(reconcile, error_policy, ctx)
+    .run(reconcile, error_policy, ctx.clone())
+    .for_each(|_| futures::future::ready(()));
+    // Inbound migrations: the VMIs the migration controller handed to this node.
+    let targets = Controller::new(
+        Api::<VirtualMachineInstance>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{}={node}", label::MIGRATION_TARGET_NODE_NAME)),
+    )
+    .graceful_shutdown_on(stop(&stop_tx))
+    .run(reconcile_target, error_policy, ctx)
     .for_each(|_| futures::future::ready(()));
     tracing::info!(%node, "node agent running");
     let stopper = async move {
@@ -459,7 +543,7 @@ pub async fn run(
         tracing::info!("shutting down");
         let _ = stop_tx.send(());
     };
-    tokio::join!(vmis, stopper);
+    tokio::join!(vmis, targets, stopper);
     let _ = beat.await;
     let _ = setup.await;
     if let Some(server) = server {

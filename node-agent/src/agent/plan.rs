@@ -86,11 +86,25 @@ pub enum DomainView {
     Unreachable(String),
 }
 
+/// This node's part in the VMI's live migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationRole {
+    /// None (or not the source of the one going on).
+    None,
+    /// The guest is migrating away from this node: its domain may pause, stop or vanish as libvirt hands it over,
+    /// which says nothing about the VMI's phase.
+    Outbound,
+    /// The guest migrated away; the target node takes the VMI over.
+    MigratedAway,
+}
+
 /// Everything the planner looks at.
 #[derive(Debug, Clone)]
 pub struct Observed<'a> {
     /// The VMI.
     pub vmi: &'a VirtualMachineInstance,
+    /// This node's part in its live migration.
+    pub migration: MigrationRole,
     /// The launcher pod's IP addresses (the first is the pod IP).
     pub pod_ips: Vec<String>,
     /// Whether the launcher pod is terminated (its containers exited).
@@ -319,6 +333,15 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     if !matches!(phase, Phase::Scheduled | Phase::Running) {
         return plan;
     }
+    match o.migration {
+        MigrationRole::None => {}
+        // The domain's state belongs to the migration now; the source's job reports its result.
+        MigrationRole::Outbound => {
+            plan.requeue = Some(RUNNING_POLL);
+            return plan;
+        }
+        MigrationRole::MigratedAway => return plan,
+    }
 
     match (&o.launcher, &o.domain) {
         (LauncherView::NoPod, _) => {
@@ -445,6 +468,7 @@ mod tests {
     fn observed(vmi: &VirtualMachineInstance, launcher: LauncherView, domain: DomainView, now: i64) -> Observed<'_> {
         Observed {
             vmi,
+            migration: MigrationRole::None,
             pod_ips: vec!["10.244.0.7".into()],
             pod_terminated: false,
             launcher,

@@ -107,7 +107,7 @@ fn data_volume_ready(dv: &DataVolume) -> ConditionStatus {
 }
 
 /// Resolves the claims of the VMI's persistentVolumeClaim and dataVolume volumes from the caches.
-fn claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<String, VolumeClaim> {
+pub(crate) fn claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<String, VolumeClaim> {
     let ns = vmi.namespace().unwrap_or_default();
     let pvc = |name: &str| ctx.stores.pvcs.get(&ObjectRef::new(name).within(&ns));
     let mut out = BTreeMap::new();

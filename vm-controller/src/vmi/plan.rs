@@ -288,6 +288,42 @@ fn schedule(vmi: &mut VirtualMachineInstance, status: &mut VirtualMachineInstanc
     status.set_phase(Phase::Scheduled, now);
 }
 
+/// The VMI's launcher pod: the one on `status.nodeName` (after a live migration the target's; a finished one
+/// only when no other is there), else the oldest that is no migration target.
+fn current_pod<'a>(vmi: &VirtualMachineInstance, launchers: &[&'a Pod]) -> Option<&'a Pod> {
+    let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
+    let node = vmi.status.as_ref().and_then(|s| s.node_name.clone());
+    let on_node: Vec<&Pod> = launchers.iter().copied().filter(|p| node.is_some() && node_of(p) == node).collect();
+    on_node
+        .iter()
+        .copied()
+        .find(|p| !matches!(status::observe(p), PodState::Down { .. }))
+        .or_else(|| on_node.first().copied())
+        .or_else(|| launchers.iter().copied().find(|p| !p.labels().contains_key(label::MIGRATION_JOB_UID)))
+        .or_else(|| launchers.first().copied())
+}
+
+/// Launcher pods a running VMI no longer needs: the source of a completed live migration, and finished pods that are
+/// not its current one (a failed migration target is the migration controller's to delete).
+fn leftover_pods<'a>(vmi: &VirtualMachineInstance, launchers: &[&'a Pod], current: Option<&Pod>) -> Vec<&'a Pod> {
+    let migrated_from = vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.migration_state.as_ref())
+        .filter(|m| m.completed == Some(true))
+        .and_then(|m| m.source_pod.clone());
+    launchers
+        .iter()
+        .copied()
+        .filter(|p| current.is_none_or(|c| c.metadata.uid != p.metadata.uid))
+        .filter(|p| {
+            Some(p.name_any()) == migrated_from
+                || (matches!(status::observe(p), PodState::Down { .. })
+                    && !p.labels().contains_key(label::MIGRATION_JOB_UID))
+        })
+        .collect()
+}
+
 /// Plans one reconcile of `o.vmi`.
 pub fn plan(o: &Observed<'_>) -> Plan {
     let vmi = o.vmi;
@@ -299,7 +335,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     let phase = vmi.phase();
     let deleting = vmi.metadata.deletion_timestamp.as_ref();
     let (temporary, launchers): (Vec<&Pod>, Vec<&Pod>) = o.pods.iter().partition(|p| pod::is_first_consumer(p));
-    let pod = launchers.first().copied();
+    let pod = current_pod(vmi, &launchers);
     let state = pod.map(status::observe);
     let lost_node = |p: &Pod| -> Option<String> {
         p.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| o.lost_nodes.contains(n))
@@ -438,6 +474,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 (Some(p), Some(PodState::Ready)) => schedule(&mut next, &mut status, p, now),
             },
             Phase::Scheduled | Phase::Running | Phase::WaitingForSync | Phase::Unknown | Phase::Other(_) => {
+                delete_pods(&leftover_pods(vmi, &launchers, pod), &mut actions);
                 match (pod, &state) {
                     (None, _) | (_, None) => fail(&mut status, "virt-launcher pod is gone", now, &mut actions),
                     (Some(_), Some(PodState::Down { message })) => {

@@ -287,7 +287,7 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
         PodVolume {
             name: "sockets".into(),
             host_path: Some(HostPathVolumeSource {
-                path: paths::NODE_SOCKETS_DIR.into(),
+                path: paths::HOST_SOCKETS_DIR.into(),
                 type_: Some("DirectoryOrCreate".into()),
             }),
             ..Default::default()
@@ -300,7 +300,7 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
         VolumeMount {
             name: "sockets".into(),
             mount_path: paths::POD_SOCKETS_DIR.into(),
-            sub_path_expr: Some(format!("$({})", var::POD_UID)),
+            sub_path_expr: Some(format!("$({})/$({})", var::NODE_NAME, var::POD_UID)),
             ..Default::default()
         },
     ];
@@ -383,14 +383,16 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
     .into_iter()
     .map(|(name, value)| EnvVar { name, value: Some(value), ..Default::default() })
     .collect();
-    env.push(EnvVar {
-        name: var::POD_UID.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector { field_path: "metadata.uid".into(), ..Default::default() }),
+    for (name, field_path) in [(var::POD_UID, "metadata.uid"), (var::NODE_NAME, "spec.nodeName")] {
+        env.push(EnvVar {
+            name: name.into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector { field_path: field_path.into(), ..Default::default() }),
+                ..Default::default()
+            }),
             ..Default::default()
-        }),
-        ..Default::default()
-    });
+        });
+    }
 
     let compute = Container {
         name: paths::COMPUTE_CONTAINER.into(),
@@ -712,7 +714,10 @@ mod tests {
         assert_eq!((claim_of("vol-fs").as_deref(), claim_of("vol-blk").as_deref()), (Some("disk-fs"), Some("dv-blk")));
         // The sockets directory is the pod's own subdirectory of the node's.
         let sockets = compute.volume_mounts.clone().unwrap_or_default().into_iter().find(|m| m.name == "sockets");
-        assert_eq!(sockets.and_then(|m| m.sub_path_expr).as_deref(), Some("$(KUBEVIRT_RS_POD_UID)"));
+        assert_eq!(
+            sockets.and_then(|m| m.sub_path_expr).as_deref(),
+            Some("$(KUBEVIRT_RS_NODE_NAME)/$(KUBEVIRT_RS_POD_UID)")
+        );
     }
 
     #[test]

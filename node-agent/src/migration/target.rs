@@ -1,0 +1,125 @@
+//! The target agent's side of a live migration: for a VMI labelled `kubevirt.io/migrationTargetNodeName=<this
+//! node>`, once the target pod's launcher is prepared, open the proxy listeners and publish them; once the source
+//! reports completion and the domain runs here, make the VMI this node's.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use contracts::kubevirt::consts::label;
+use contracts::kubevirt::launcher::{SocketDir, domain_name};
+use crds::kubevirt::VirtualMachineInstance;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+
+use super::plan::{self, TargetStep};
+use super::{Error, Migrations, proxy, update_state};
+use crate::agent::plan::{DomainView, LauncherView};
+use crate::libvirt::DomainState;
+
+/// How often a target waiting for its launcher or for the source looks again.
+const POLL: Duration = Duration::from_secs(1);
+
+/// The open proxies of one inbound migration.
+#[derive(Debug)]
+pub struct Listening {
+    _proxies: proxy::Proxies,
+    ports: BTreeMap<String, i64>,
+}
+
+/// What the target step reads besides the VMI.
+pub struct Target<'a> {
+    /// API client.
+    pub client: &'a Client,
+    /// This node.
+    pub node: &'a str,
+    /// Launcher pods on this node.
+    pub pods: &'a Store<Pod>,
+    /// This agent's migrations.
+    pub migrations: &'a Arc<Migrations>,
+}
+
+/// One target-side step for `vmi`.
+pub async fn reconcile(vmi: &VirtualMachineInstance, t: &Target<'_>) -> Result<Requeue, Error> {
+    let ns = vmi.namespace().unwrap_or_default();
+    let name = vmi.name_any();
+    let state = vmi.status.as_ref().and_then(|s| s.migration_state.clone());
+    let migration_uid = state.as_ref().and_then(|s| s.migration_uid.clone()).unwrap_or_default();
+    let pod = state.as_ref().and_then(|s| s.target_pod.clone()).and_then(|p| {
+        t.pods.state().into_iter().find(|x| x.name_any() == p && x.namespace().as_deref() == Some(ns.as_str()))
+    });
+    let dir = pod.as_ref().map(|p| SocketDir::on_node(&p.uid().unwrap_or_default()));
+    let launcher = dir.as_ref().map_or(LauncherView::NoPod, crate::agent::launcher_view);
+    let launcher_ready = matches!(launcher, LauncherView::Ready(_));
+    let domain = match (&dir, launcher_ready) {
+        (Some(d), true) => {
+            let (uri, n) = (d.libvirt_uri(), domain_name(&ns, &name));
+            crate::agent::blocking(move || crate::agent::inspect(&uri, &n)).await
+        }
+        _ => DomainView::Absent,
+    };
+    let domain_running = matches!(domain, DomainView::Present { state: DomainState::Running, .. });
+    let published = {
+        let listening = t.migrations.listening();
+        listening.get(&migration_uid).is_some_and(|l| {
+            state.as_ref().and_then(|s| s.target_direct_migration_node_ports.as_ref()) == Some(&l.ports)
+        })
+    };
+    let step = plan::target_step(state.as_ref(), t.node, launcher_ready, published, domain_running);
+    let api: Api<VirtualMachineInstance> = Api::namespaced(t.client.clone(), &ns);
+    match step {
+        TargetStep::Wait => {
+            // The domain appearing (incoming) is recorded once.
+            if matches!(domain, DomainView::Present { .. })
+                && state.as_ref().is_some_and(|s| s.target_node_domain_detected != Some(true))
+            {
+                update_state(&api, &name, &migration_uid, |s, _| s.target_node_domain_detected = Some(true)).await?;
+            }
+            Ok(Requeue::requeue(POLL))
+        }
+        TargetStep::Publish => {
+            let (Some(dir), Some(ip), Some(tls)) = (&dir, t.migrations.pod_ip, t.migrations.server_tls.clone()) else {
+                return Err(Error::NotConfigured("no pod IP or serving certificate for migration listeners"));
+            };
+            let (proxies, ports) = proxy::target(dir, ip, tls).await?;
+            {
+                let listening = Listening { _proxies: proxies, ports: ports.clone() };
+                t.migrations.listening().insert(migration_uid.clone(), listening);
+            }
+            tracing::info!(vmi = %format!("{ns}/{name}"), ?ports, "migration target listening");
+            update_state(&api, &name, &migration_uid, |s, _| {
+                s.target_node_address = Some(ip.to_string());
+                s.target_direct_migration_node_ports = Some(ports.clone());
+            })
+            .await?;
+            Ok(Requeue::requeue(POLL))
+        }
+        TargetStep::TakeOver => {
+            let (node, pod_uid) = (t.node.to_owned(), pod.as_ref().and_then(|p| p.uid()).unwrap_or_default());
+            update_state(&api, &name, &migration_uid, |s, vmi| {
+                s.target_node_domain_detected = Some(true);
+                s.target_node_domain_ready_timestamp.get_or_insert_with(|| Time(Timestamp::now()));
+                vmi.labels_mut().insert(label::NODE_NAME.into(), node.clone());
+                vmi.labels_mut().remove(label::MIGRATION_TARGET_NODE_NAME);
+                if let Some(st) = vmi.status.as_mut() {
+                    st.node_name = Some(node.clone());
+                    st.active_pods = Some(BTreeMap::from([(pod_uid.clone(), node.clone())]));
+                    st.evacuation_node_name = None;
+                }
+            })
+            .await?;
+            t.migrations.listening().remove(&migration_uid);
+            tracing::info!(vmi = %format!("{ns}/{name}"), node = t.node, "migrated VMI taken over");
+            Ok(Requeue::await_change())
+        }
+        TargetStep::Release => {
+            t.migrations.listening().remove(&migration_uid);
+            Ok(Requeue::await_change())
+        }
+    }
+}
