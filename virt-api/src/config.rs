@@ -126,6 +126,10 @@ pub enum FeatureGate {
     DeclarativeHotplugVolumes,
     /// `RebootPolicy` (beta).
     RebootPolicy,
+    /// `MigrationPriorityQueue` (beta): migrations may carry a `priority` (set by virt-controller only).
+    MigrationPriorityQueue,
+    /// `DecentralizedLiveMigration` (alpha): cross-cluster migrations (`sendTo`, `receive`).
+    DecentralizedLiveMigration,
 }
 
 impl FeatureGate {
@@ -145,11 +149,19 @@ impl FeatureGate {
             FeatureGate::PasstBinding => "PasstBinding",
             FeatureGate::DeclarativeHotplugVolumes => "DeclarativeHotplugVolumes",
             FeatureGate::RebootPolicy => "RebootPolicy",
+            FeatureGate::MigrationPriorityQueue => "MigrationPriorityQueue",
+            FeatureGate::DecentralizedLiveMigration => "DecentralizedLiveMigration",
         }
     }
 
     fn beta(&self) -> bool {
-        matches!(self, FeatureGate::PasstBinding | FeatureGate::DeclarativeHotplugVolumes | FeatureGate::RebootPolicy)
+        matches!(
+            self,
+            FeatureGate::PasstBinding
+                | FeatureGate::DeclarativeHotplugVolumes
+                | FeatureGate::RebootPolicy
+                | FeatureGate::MigrationPriorityQueue
+        )
     }
 }
 
@@ -247,7 +259,16 @@ impl Config {
     pub fn is_kubevirt(&self, user: &User) -> bool {
         self.kubevirt_users.contains(&user.username) || user.groups.iter().any(|g| self.kubevirt_groups.contains(g))
     }
+
+    /// Whether the requester is virt-controller (upstream's `hasRequestOriginatedFromVirtController`: one of
+    /// KubeVirt's components whose user name ends with its ServiceAccount's, `kubevirt-controller`).
+    pub fn is_virt_controller(&self, user: &User) -> bool {
+        self.is_kubevirt(user) && user.username.ends_with(CONTROLLER_SERVICE_ACCOUNT)
+    }
 }
+
+/// The ServiceAccount of virt-controller (and of our VM controller, deploy/vm-controller.yaml).
+pub const CONTROLLER_SERVICE_ACCOUNT: &str = "kubevirt-controller";
 
 /// Who sent an admission request (`request.userInfo`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -285,6 +306,12 @@ mod tests {
         assert!(c.is_kubevirt(&user("system:serviceaccount:kubevirt:kubevirt-controller", &[])));
         assert!(c.is_kubevirt(&user("x", &["system:serviceaccounts:kubevirt"])));
         assert!(!c.is_kubevirt(&user("alice", &["system:authenticated"])));
+        assert!(c.is_virt_controller(&user("system:serviceaccount:kubevirt:kubevirt-controller", &[])));
+        assert!(!c.is_virt_controller(&user(
+            "system:serviceaccount:kubevirt:kubevirt-handler",
+            &["system:serviceaccounts:kubevirt"]
+        )));
+        assert!(!c.is_virt_controller(&user("kubevirt-controller", &["system:authenticated"])));
         assert_eq!(c.arch("amd64").map(|a| a.machine_type.as_str()), Some("q35"));
         assert!(c.arch("riscv64").is_none());
     }

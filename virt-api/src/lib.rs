@@ -7,7 +7,9 @@
 //!   POST /virtualmachineinstances-validate-create  ─► webhook::review ─► validate::validate_create ─► Status
 //!   POST /virtualmachineinstances-validate-update  ─► webhook::review ─► validate::validate_update ─► Status
 //!   GET  /healthz
-//!   /apis/subresources.kubevirt.io/…                ─► subresources (aggregated API: start/stop/restart, discovery)
+//!   POST /migration-mutate-create | /migration-validate-create | /migration-validate-update
+//!                                                   ─► webhook::review ─► validate::migration (VMIM admission)
+//!   /apis/subresources.kubevirt.io/…                ─► subresources (aggregated API: start/stop/restart, migrate, …)
 //! ```
 //!
 //! * [`defaults`] — the defaulting of §2.6 as one pure function;
@@ -16,6 +18,7 @@
 //! * [`webhook`] — AdmissionReview in, AdmissionReview out (no HTTP);
 //! * [`server`] — the HTTPS server (`controller_runtime::tls`);
 //! * [`subresources`] — the aggregated API `virtctl` calls; [`lifecycle`] — start/stop/restart as pure plans;
+//!   [`migrate`] — the migration a `migrate` request creates;
 //! * [`vmi_ops`] — console, VNC, pause and unpause through the node agent ([`node`]); [`portforward`] — tunnels to
 //!   the guest's ports;
 //! * [`lookup`] — what the VM validator reads from the API server (the instancetype and preference);
@@ -36,6 +39,7 @@ pub mod hyperv;
 pub mod lifecycle;
 pub mod lookup;
 pub mod metrics;
+pub mod migrate;
 pub mod node;
 pub mod pki;
 pub mod portforward;

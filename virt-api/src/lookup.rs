@@ -2,26 +2,64 @@
 //! VM admitter applies them before it validates the template, so a VM whose memory comes from its instancetype is
 //! admitted and one that also sets it is refused). A VM whose status names the ControllerRevision that captured
 //! them (the VM controller writes it) is checked against that revision — the instancetype may have changed or
-//! gone since; otherwise the live object is read.
+//! gone since; otherwise the live object is read. The migration create validator reads the VMI a migration names
+//! and the migrations already labelled with it ([`for_migration_review`]).
 
 use controller_runtime::api::api_message;
-use crds::kubevirt::VirtualMachine;
+use crds::kubevirt::consts::label;
 use crds::kubevirt::instancetype::{
     Captured, Expansion, VirtualMachineClusterInstancetype, VirtualMachineClusterPreference,
     VirtualMachineInstancetype, VirtualMachinePreference, captured_revision, kind,
 };
+use crds::kubevirt::migration::VirtualMachineInstanceMigration;
 use crds::kubevirt::vm::{InstancetypeStatusRef, Matcher};
+use crds::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use crate::validate::migration::MigrationLookup;
 
 /// Everything a webhook may need beyond the request (empty: nothing was looked up).
 #[derive(Debug, Clone, Default)]
 pub struct Lookups {
     /// The instancetype and preference of the VM under review; `Err` is the user's error ("Failure to find …").
     pub vm_expansion: Option<Result<Expansion, String>>,
+    /// What the migration create validator read (`None`: nothing, e.g. no `spec.vmiName`).
+    pub migration: Option<MigrationLookup>,
+}
+
+/// Looks up what the review `body` (of the migration create validator) needs: the VMI `spec.vmiName` names and
+/// the migrations labelled `kubevirt.io/vmi-name=<vmiName>` (upstream's `kubevirt.io/vmi-name in (<vmiName>)`), in
+/// the migration's namespace (else the request's); nothing without a `vmiName`.
+pub async fn for_migration_review(client: &Client, body: &[u8]) -> Lookups {
+    let Some(request) = serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("request").cloned()) else {
+        return Lookups::default();
+    };
+    let object = request.get("object").cloned().unwrap_or(Value::Null);
+    let vmi_name = object.pointer("/spec/vmiName").and_then(Value::as_str).unwrap_or_default().to_owned();
+    if vmi_name.is_empty() {
+        return Lookups::default();
+    }
+    let ns = migration_namespace(&request);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &ns);
+    let vmi = vmis.get_opt(&vmi_name).await.map_err(|e| api_message(&e));
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), &ns);
+    let selector = ListParams::default().labels(&format!("{}={vmi_name}", label::VMI_NAME));
+    let listed = match &vmi {
+        // Upstream lists only once the VMI passed its checks; an unread list cannot refuse then.
+        Ok(Some(_)) => migrations.list(&selector).await.map(|l| l.items).map_err(|e| api_message(&e)),
+        _ => Ok(Vec::new()),
+    };
+    Lookups { migration: Some(MigrationLookup { vmi, migrations: listed }), ..Lookups::default() }
+}
+
+/// The namespace of the migration under review: its own, else the request's.
+pub fn migration_namespace(request: &Value) -> String {
+    let own = request.pointer("/object/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty());
+    own.or_else(|| request.get("namespace").and_then(Value::as_str)).unwrap_or_default().to_owned()
 }
 
 /// Looks up what the review `body` (of the VM validator) needs; nothing for other requests.
@@ -36,7 +74,10 @@ pub async fn for_vm_review(client: &Client, body: &[u8]) -> Lookups {
         return Lookups::default();
     }
     let ns = request.get("namespace").and_then(Value::as_str).unwrap_or_default().to_owned();
-    Lookups { vm_expansion: Some(expansion(client, &ns, &vm).await.map_err(|m| m.admission_message())) }
+    Lookups {
+        vm_expansion: Some(expansion(client, &ns, &vm).await.map_err(|m| m.admission_message())),
+        ..Lookups::default()
+    }
 }
 
 /// The instancetype or preference a VM names that cannot be read.

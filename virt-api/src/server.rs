@@ -163,6 +163,7 @@ async fn handle(
     };
     let lookups = match (&client, webhook) {
         (Some(c), Webhook::ValidateVm) => lookup::for_vm_review(c, &body).await,
+        (Some(c), Webhook::ValidateMigrationCreate) => lookup::for_migration_review(c, &body).await,
         _ => Lookups::default(),
     };
     let answer = review_with(webhook, &body, &config, Fresh::generate, &lookups);

@@ -8,6 +8,9 @@
 //!   GET  …/{v}/version | healthz                                     (guestfs: 501, not supported)
 //!   PUT  …/{v}/namespaces/{ns}/virtualmachines/{vm}/start|stop|restart
 //!        ─► read the VM and its VMI ─► lifecycle::plan (pure) ─► JSON patches (VMI, VM, VM status) ─► 202
+//!   PUT  …/{v}/namespaces/{ns}/virtualmachines/{vm}/migrate   (MigrateOptions{dryRun, addedNodeSelector})
+//!        ─► read the VM and its VMI ─► migrate::plan (pure: Running, else 409) ─► create the VMIM
+//!        `kubevirt-migrate-vm-…` as virt-api (its webhooks admit it) ─► 202
 //!   GET  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/console|vnc   websocket ─► vmi_ops ─► node agent
 //!   GET  …/{v}/namespaces/{ns}/virtualmachineinstances/{vmi}/vnc/screenshot ─► vmi_ops ─► node agent ─► the PNG
 //!   GET  …/{v}/namespaces/{ns}/virtualmachines/{vm}/expand-spec      ─► lookup::expansion ─► expand (pure) ─► 200
@@ -16,7 +19,7 @@
 //!   GET  …/{v}/namespaces/{ns}/virtualmachine[instance]s/{name}/portforward/{port}[/{protocol}]
 //!        websocket ─► portforward ─► the guest's address over the pod network
 //!   GET guestosinfo|userlist|filesystemlist, PUT freeze|unfreeze: upstream's 409 without a guest agent
-//!   other subresources (migrate, addvolume, …): 501 with the subresource's name
+//!   other subresources (addvolume, removevolume, memorydump, …): 501 with the subresource's name
 //! ```
 //!
 //! The kube-apiserver has authorized the user before it proxies; this server only checks that the request comes
@@ -28,11 +31,13 @@ use bytes::Bytes;
 use contracts::kubevirt::consts::{PLAIN_STREAM_PROTOCOL, SUBRESOURCES_GROUP, VERSION, VERSIONS};
 use contracts::kubevirt::node_api::{self, Command};
 use controller_runtime::aggregated::{RequestHeaderConfig, identity};
+use controller_runtime::api::api_message;
+use crds::kubevirt::migration::VirtualMachineInstanceMigration;
 use crds::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use kube::api::{Api, Patch as KubePatch, PatchParams};
+use kube::api::{Api, Patch as KubePatch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::Config;
@@ -40,6 +45,7 @@ use crate::expand;
 use crate::lifecycle::{self, Lifecycle, Options, Patch, Refusal};
 use crate::lookup;
 use crate::metrics::{Active, Connection, Metrics};
+use crate::migrate::{self, MigrateOptions};
 use crate::node::NodeClient;
 use crate::portforward;
 use crate::server::respond;
@@ -53,7 +59,7 @@ const MAX_BODY: usize = 64 << 10;
 pub struct Subresources {
     /// Who may assert identities (`kube-system/extension-apiserver-authentication`).
     pub auth: RequestHeaderConfig,
-    /// Reads and patches VMs and VMIs (virt-api's ServiceAccount).
+    /// Reads and patches VMs and VMIs, creates the migrations of `migrate` (virt-api's ServiceAccount).
     pub client: kube::Client,
     /// Console, VNC, pause and unpause go through the VMI's node agent (`None`: no client certificate; they
     /// answer 503).
@@ -89,6 +95,13 @@ pub enum Route {
         name: String,
         /// start, stop or restart.
         action: Lifecycle,
+    },
+    /// `PUT virtualmachines/{name}/migrate`.
+    Migrate {
+        /// Namespace.
+        namespace: String,
+        /// VM name.
+        name: String,
     },
     /// A VMI subresource the node agent carries out (console, vnc, pause, unpause).
     Vmi {
@@ -167,6 +180,12 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
                 return Route::MethodNotAllowed;
             }
             Route::ExpandSpec { namespace: (*ns).to_owned() }
+        }
+        [v, "namespaces", ns, "virtualmachines", name, migrate::SUBRESOURCE] if known(v) => {
+            if method != Method::PUT {
+                return Route::MethodNotAllowed;
+            }
+            Route::Migrate { namespace: (*ns).to_owned(), name: (*name).to_owned() }
         }
         [v, "namespaces", ns, "virtualmachines", name, sub] if known(v) => match Lifecycle::parse(sub) {
             Some(action) if method == Method::PUT => {
@@ -263,6 +282,8 @@ pub fn resources_json(version: &str) -> Value {
                    "kind": "", "verbs": ["update"]})
         })
         .collect();
+    resources.push(json!({"name": format!("virtualmachines/{}", migrate::SUBRESOURCE), "singularName": "",
+                          "namespaced": true, "kind": "", "verbs": ["update"]}));
     resources.push(json!({"name": format!("virtualmachines/{}", expand::VM_SUBRESOURCE), "singularName": "",
                           "namespaced": true, "kind": "", "verbs": ["get"]}));
     resources.push(json!({"name": expand::SPEC_RESOURCE, "singularName": "", "namespaced": true, "kind": "",
@@ -356,6 +377,20 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
             Ok(vm) => json_response(StatusCode::OK, &vm),
             Err(a) => a.response(),
         },
+        Route::Migrate { namespace, name } => {
+            let options = match migrate_options(req).await {
+                Ok(o) => o,
+                Err(r) => return failure(r.code, r.reason, &r.message),
+            };
+            match migrate_request(&s.client, &namespace, &name, &options).await {
+                Ok(created) => {
+                    tracing::info!(user = who.user, vm = %format!("{namespace}/{name}"), migration = created,
+                        dry_run = options.dry_run.as_ref().is_some_and(|d| !d.is_empty()), "migrate request");
+                    respond(StatusCode::ACCEPTED, "application/json", "")
+                }
+                Err(a) => a.response(),
+            }
+        }
         Route::Lifecycle { namespace, name, action } => {
             let options = match options(req).await {
                 Ok(o) => o,
@@ -377,6 +412,42 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
 async fn options(req: Request<Incoming>) -> Result<Options, Refusal> {
     let Some(body) = body(req, MAX_BODY).await? else { return Ok(Options::default()) };
     serde_json::from_slice(&body).map_err(|e| Refusal::bad_request(unmarshal_error(&e)))
+}
+
+/// The `migrate` request body's options (`{}` or empty: the defaults).
+async fn migrate_options(req: Request<Incoming>) -> Result<MigrateOptions, Refusal> {
+    let Some(body) = body(req, MAX_BODY).await? else { return Ok(MigrateOptions::default()) };
+    serde_json::from_slice(&body).map_err(|e| Refusal::bad_request(unmarshal_error(&e)))
+}
+
+/// `migrate`: reads the VM and its VMI (upstream's 404s; other read failures are 500 "unable to retrieve …"),
+/// plans, and creates the migration as virt-api; `Ok` with the created migration's name.
+async fn migrate_request(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    options: &MigrateOptions,
+) -> Result<String, Answer> {
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    match vms.get_opt(name).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(Refusal::vm_not_found(name).into()),
+        Err(e) => return Err(Refusal::internal(format!("unable to retrieve vm [{name}]: {}", api_message(&e))).into()),
+    }
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let vmi = match vmis.get_opt(name).await {
+        Ok(Some(vmi)) => vmi,
+        Ok(None) => return Err(vmi_ops::vmi_not_found(name).into()),
+        Err(e) => {
+            return Err(Refusal::internal(format!("unable to retrieve vmi [{name}]: {}", api_message(&e))).into());
+        }
+    };
+    let plan = migrate::plan(name, options, &vmi)?;
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
+    let params = PostParams { dry_run: plan.dry_run, ..PostParams::default() };
+    // Upstream wraps every create failure (a webhook's refusal included) in an internal error.
+    let created = migrations.create(&params, &plan.migration).await.map_err(|e| Refusal::internal(api_message(&e)))?;
+    Ok(created.metadata.name.unwrap_or_default())
 }
 
 /// The request body, at most `limit` bytes (`None`: empty or only whitespace).
@@ -641,7 +712,23 @@ mod tests {
         );
         assert_eq!(
             route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/migrate"), None),
-            Route::NotImplemented("virtualmachines/migrate".into())
+            Route::Migrate { namespace: "ns".into(), name: "vm1".into() }
+        );
+        assert_eq!(
+            route(&Method::POST, &format!("{base}/v1alpha3/namespaces/ns/virtualmachines/vm1/migrate"), None),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/addvolume"), None),
+            Route::NotImplemented("virtualmachines/addvolume".into())
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/removevolume"), None),
+            Route::NotImplemented("virtualmachines/removevolume".into())
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/addvolume"), None),
+            Route::NotImplemented("virtualmachineinstances/addvolume".into())
         );
         assert_eq!(
             route(
@@ -733,6 +820,7 @@ mod tests {
                 "virtualmachines/start",
                 "virtualmachines/stop",
                 "virtualmachines/restart",
+                "virtualmachines/migrate",
                 "virtualmachines/expand-spec",
                 "expand-vm-spec",
                 "virtualmachineinstances/console",

@@ -7,12 +7,16 @@
 //! * [`Webhook::ValidateCreate`] / [`Webhook::ValidateUpdate`] → [`validate_create`] / [`validate_update`], refused
 //!   with upstream's `Status` ([`invalid_status`]);
 //! * [`Webhook::ValidateVm`] → [`validate_vm`] (VM CREATE and UPDATE), admitted with upstream's deprecation
-//!   warning for `spec.running`; [`Webhook::ValidateReplicaSet`] → [`validate_replicaset`].
+//!   warning for `spec.running`; [`Webhook::ValidateReplicaSet`] → [`validate_replicaset`];
+//! * the VirtualMachineInstanceMigration webhooks ([`crate::validate::migration`]): [`Webhook::MutateMigration`]
+//!   (CREATE: selector label and finalizer, as a JSON patch), [`Webhook::ValidateMigrationCreate`] (with the VMI
+//!   and the VMI's migrations looked up, [`Lookups::migration`]) and [`Webhook::ValidateMigrationUpdate`].
 //!
 //! A request that cannot be read (not JSON, not a review, another resource, an undecodable VMI) is answered as
 //! upstream does: not allowed, code 400, the decoding error as the message.
 
 use contracts::kubevirt::consts::{GROUP, VERSIONS, webhook};
+use crds::kubevirt::migration::VirtualMachineInstanceMigration;
 use crds::kubevirt::vmi::VirtualMachineInstance;
 use crds::kubevirt::{VirtualMachine, VirtualMachineInstanceReplicaSet};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -22,7 +26,8 @@ use serde_json::Value;
 use crate::cause::{error_status, invalid_status};
 use crate::config::{Config, User};
 use crate::defaults::{Fresh, default_vmi};
-use crate::lookup::Lookups;
+use crate::lookup::{Lookups, migration_namespace};
+use crate::validate::migration::{self, Refusal as MigrationRefusal};
 use crate::validate::vm::{WARN_RUNNING_DEPRECATED, validate_replicaset, validate_vm};
 use crate::validate::{invalid_quantity, semantically_equal, validate_create, validate_update};
 
@@ -32,6 +37,8 @@ pub const RESOURCE: &str = "virtualmachineinstances";
 pub const VM_RESOURCE: &str = "virtualmachines";
 /// The resource the VMIRS webhook serves.
 pub const VMIRS_RESOURCE: &str = "virtualmachineinstancereplicasets";
+/// The resource the migration webhooks serve.
+pub const MIGRATION_RESOURCE: &str = "virtualmachineinstancemigrations";
 
 /// One of the VMI webhooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,16 +53,25 @@ pub enum Webhook {
     ValidateVm,
     /// `virtualmachinereplicaset-validator.kubevirt.io` (VMIRS CREATE and UPDATE).
     ValidateReplicaSet,
+    /// `migrations-mutator.kubevirt.io` (VMIM CREATE).
+    MutateMigration,
+    /// `migration-create-validator.kubevirt.io` (VMIM CREATE).
+    ValidateMigrationCreate,
+    /// `migration-update-validator.kubevirt.io` (VMIM UPDATE).
+    ValidateMigrationUpdate,
 }
 
 impl Webhook {
     /// Every webhook.
-    pub const ALL: [Webhook; 5] = [
+    pub const ALL: [Webhook; 8] = [
         Webhook::Mutate,
         Webhook::ValidateCreate,
         Webhook::ValidateUpdate,
         Webhook::ValidateVm,
         Webhook::ValidateReplicaSet,
+        Webhook::MutateMigration,
+        Webhook::ValidateMigrationCreate,
+        Webhook::ValidateMigrationUpdate,
     ];
 
     /// The HTTPS path it is served on.
@@ -66,6 +82,9 @@ impl Webhook {
             Webhook::ValidateUpdate => webhook::VMI_VALIDATE_UPDATE_PATH,
             Webhook::ValidateVm => webhook::VM_VALIDATE_PATH,
             Webhook::ValidateReplicaSet => webhook::VMIRS_VALIDATE_PATH,
+            Webhook::MutateMigration => webhook::MIGRATION_MUTATE_PATH,
+            Webhook::ValidateMigrationCreate => webhook::MIGRATION_VALIDATE_CREATE_PATH,
+            Webhook::ValidateMigrationUpdate => webhook::MIGRATION_VALIDATE_UPDATE_PATH,
         }
     }
 
@@ -77,6 +96,9 @@ impl Webhook {
             Webhook::ValidateUpdate => webhook::VMI_UPDATE_VALIDATOR,
             Webhook::ValidateVm => webhook::VM_VALIDATOR,
             Webhook::ValidateReplicaSet => webhook::VMIRS_VALIDATOR,
+            Webhook::MutateMigration => webhook::MIGRATION_MUTATOR,
+            Webhook::ValidateMigrationCreate => webhook::MIGRATION_CREATE_VALIDATOR,
+            Webhook::ValidateMigrationUpdate => webhook::MIGRATION_UPDATE_VALIDATOR,
         }
     }
 
@@ -85,7 +107,24 @@ impl Webhook {
         match self {
             Webhook::ValidateVm => VM_RESOURCE,
             Webhook::ValidateReplicaSet => VMIRS_RESOURCE,
-            _ => RESOURCE,
+            Webhook::MutateMigration | Webhook::ValidateMigrationCreate | Webhook::ValidateMigrationUpdate => {
+                MIGRATION_RESOURCE
+            }
+            Webhook::Mutate | Webhook::ValidateCreate | Webhook::ValidateUpdate => RESOURCE,
+        }
+    }
+
+    /// Upstream's text for a request of another resource: the migration validators print the Go struct of the
+    /// GroupVersionResource (`metav1.GroupVersionResource` has no value `String()`).
+    fn wrong_resource(&self) -> String {
+        match self {
+            Webhook::ValidateMigrationCreate | Webhook::ValidateMigrationUpdate => {
+                format!(
+                    "expect resource to be '{{{GROUP} {} {MIGRATION_RESOURCE}}}'",
+                    contracts::kubevirt::consts::VERSION
+                )
+            }
+            other => format!("expect resource to be '{}'", other.resource()),
         }
     }
 
@@ -195,6 +234,14 @@ fn object(raw_request: &Value, key: &str) -> Result<(Value, VirtualMachineInstan
     Ok((raw, vmi))
 }
 
+/// The request's object (`object` or `oldObject`) as raw JSON (nulls removed) and as a migration.
+fn migration_object(raw_request: &Value, key: &str) -> Result<(Value, VirtualMachineInstanceMigration), Box<Status>> {
+    let mut raw = raw_request.get(key).cloned().unwrap_or(Value::Null);
+    strip_nulls(&mut raw);
+    let m = serde_json::from_value(raw.clone()).map_err(|e| Box::new(error_status(e.to_string())))?;
+    Ok((raw, m))
+}
+
 /// `value` with the request object's `apiVersion` and `kind` (our types write `kubevirt.io/v1`; a `v1alpha3`
 /// request keeps its version).
 fn with_types_of(mut value: Value, raw: &Value) -> Value {
@@ -217,7 +264,7 @@ fn answer(
     let gvr = &request.resource;
     let resource = webhook.resource();
     if gvr.group != GROUP || gvr.resource != resource || !VERSIONS.contains(&gvr.version.as_str()) {
-        return Err(Box::new(error_status(format!("expect resource to be '{resource}'"))));
+        return Err(Box::new(error_status(webhook.wrong_resource())));
     }
     let user = user(request);
     match (webhook, &request.operation) {
@@ -281,6 +328,52 @@ fn answer(
             let causes = validate_replicaset(&rs, config, &user);
             Ok(if causes.is_empty() { Answer::Allow } else { Answer::Deny(Box::new(invalid_status(&causes))) })
         }
+        (Webhook::MutateMigration, Operation::Create) => {
+            let (raw, _) = migration_object(raw_request, "object")?;
+            let patch = json_patch::diff(&raw, &migration::mutate_create(&raw));
+            Ok(if patch.0.is_empty() { Answer::Allow } else { Answer::Patch(patch) })
+        }
+        (Webhook::ValidateMigrationCreate, Operation::Create) => {
+            let (_, m) = migration_object(raw_request, "object")?;
+            let ns = migration_namespace(raw_request);
+            match migration::validate_create(&m, &ns, config, &user, lookups.migration.as_ref()) {
+                Ok(()) => Ok(Answer::Allow),
+                Err(MigrationRefusal::Invalid(causes)) => Ok(Answer::Deny(Box::new(invalid_status(&causes)))),
+                Err(MigrationRefusal::Error(message)) => Ok(Answer::Deny(Box::new(error_status(message)))),
+            }
+        }
+        (Webhook::ValidateMigrationUpdate, Operation::Update) => {
+            let (_, new) = migration_object(raw_request, "object")?;
+            let (_, old) = migration_object(raw_request, "oldObject")?;
+            let causes = migration::validate_update(&old, &new);
+            Ok(if causes.is_empty() { Answer::Allow } else { Answer::Deny(Box::new(invalid_status(&causes))) })
+        }
         _ => Ok(Answer::Allow),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every webhook is registered in `deploy/virt-api.yaml` under its name, path and resource.
+    #[test]
+    fn the_manifest_registers_every_webhook() -> Result<(), String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/virt-api.yaml");
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| e.to_string())?;
+        let hooks: Vec<&Value> =
+            docs.iter().filter_map(|d| d.get("webhooks").and_then(Value::as_array)).flatten().collect();
+        assert_eq!(hooks.len(), Webhook::ALL.len());
+        for w in Webhook::ALL {
+            let hook = hooks
+                .iter()
+                .find(|h| h["name"] == w.name())
+                .ok_or_else(|| format!("{} is not registered", w.name()))?;
+            assert_eq!(hook["clientConfig"]["service"]["path"], w.path(), "{}", w.name());
+            assert_eq!(hook["rules"][0]["resources"], serde_json::json!([w.resource()]), "{}", w.name());
+            assert_eq!(Webhook::for_path(w.path()), Some(w));
+        }
+        Ok(())
     }
 }

@@ -581,3 +581,91 @@ fn the_validating_webhooks_answer_upstreams_status() {
     let answer = review(Webhook::Mutate, b"not json", &config, fresh);
     assert_eq!(answer["response"]["allowed"], json!(false));
 }
+
+fn migration_review(operation: &str, object: &Value, old: Option<&Value>, username: &str) -> Vec<u8> {
+    let mut body: Value =
+        serde_json::from_slice(&admission_review(operation, object, old, username)).unwrap_or_default();
+    body["request"]["kind"] =
+        json!({"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstanceMigration"});
+    body["request"]["resource"] =
+        json!({"group": "kubevirt.io", "version": "v1", "resource": "virtualmachineinstancemigrations"});
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+#[test]
+fn the_migration_webhooks_answer_upstreams_patch_and_status() {
+    use virt_api::lookup::Lookups;
+    use virt_api::validate::migration::MigrationLookup;
+    use virt_api::webhook::review_with;
+
+    let config = Config::default();
+    let object = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"generateName": "kubevirt-migrate-vm-", "namespace": "default", "creationTimestamp": null},
+        "spec": {"vmiName": "vmi-ephemeral"}});
+    // The mutator: label and finalizer, as a JSON patch.
+    let answer = review(Webhook::MutateMigration, &migration_review("CREATE", &object, None, "alice"), &config, fresh);
+    assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+    let mut patched = apply_patch(&object, &answer);
+    virt_api::webhook::strip_nulls(&mut patched);
+    assert_eq!(patched["metadata"]["labels"], json!({"kubevirt.io/vmi-name": "vmi-ephemeral"}));
+    assert_eq!(patched["metadata"]["finalizers"], json!(["kubevirt.io/migrationJobFinalize"]));
+
+    // The create validator: a missing VMI is a plain 400, a missing vmiName an Invalid 422 with its cause.
+    let missing = Lookups {
+        migration: Some(MigrationLookup { vmi: Ok(None), migrations: Ok(Vec::new()) }),
+        ..Lookups::default()
+    };
+    let body = migration_review("CREATE", &patched, None, "alice");
+    let answer = review_with(Webhook::ValidateMigrationCreate, &body, &config, fresh, &missing);
+    assert_eq!(answer["response"]["allowed"], json!(false));
+    assert_eq!(
+        answer["response"]["status"],
+        json!({"code": 400, "message": "the VMI \"default/vmi-ephemeral\" does not exist"})
+    );
+    let running = json_of(&defaulted(&example("vmi-ephemeral.yaml"), &config));
+    let mut vmi = vmi(&running);
+    vmi.status.get_or_insert_default().phase = Some(crds::kubevirt::VirtualMachineInstancePhase::Running);
+    let found = Lookups {
+        migration: Some(MigrationLookup { vmi: Ok(Some(vmi)), migrations: Ok(Vec::new()) }),
+        ..Lookups::default()
+    };
+    let answer = review_with(Webhook::ValidateMigrationCreate, &body, &config, fresh, &found);
+    assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+    let mut nameless = patched.clone();
+    nameless["spec"]["vmiName"] = json!("");
+    let body = migration_review("CREATE", &nameless, None, "alice");
+    let answer = review_with(Webhook::ValidateMigrationCreate, &body, &config, fresh, &Lookups::default());
+    assert_eq!(answer["response"]["status"]["code"], json!(422));
+    assert_eq!(answer["response"]["status"]["reason"], json!("Invalid"));
+    assert_eq!(answer["response"]["status"]["message"], json!("vmiName is missing"));
+    assert_eq!(
+        answer["response"]["status"]["details"]["causes"],
+        json!([{"reason": "FieldValueRequired", "message": "vmiName is missing", "field": "spec.vmiName"}])
+    );
+
+    // The update validator: the spec is immutable.
+    let mut changed = patched.clone();
+    changed["spec"]["addedNodeSelector"] = json!({"kubernetes.io/hostname": "node02"});
+    let body = migration_review("UPDATE", &changed, Some(&patched), "alice");
+    let answer = review(Webhook::ValidateMigrationUpdate, &body, &config, fresh);
+    assert_eq!(answer["response"]["status"]["code"], json!(422));
+    assert_eq!(answer["response"]["status"]["message"], json!("update of Migration object's spec is restricted"));
+    let mut finished = patched.clone();
+    finished["metadata"]["finalizers"] = json!([]);
+    let body =
+        migration_review("UPDATE", &finished, Some(&patched), "system:serviceaccount:kubevirt:kubevirt-controller");
+    assert_eq!(review(Webhook::ValidateMigrationUpdate, &body, &config, fresh)["response"]["allowed"], json!(true));
+
+    // Another resource: upstream's texts.
+    let answer =
+        review(Webhook::ValidateMigrationCreate, &admission_review("CREATE", &object, None, "alice"), &config, fresh);
+    assert_eq!(
+        answer["response"]["status"]["message"],
+        json!("expect resource to be '{kubevirt.io v1 virtualmachineinstancemigrations}'")
+    );
+    let answer = review(Webhook::MutateMigration, &admission_review("CREATE", &object, None, "alice"), &config, fresh);
+    assert_eq!(
+        answer["response"]["status"]["message"],
+        json!("expect resource to be 'virtualmachineinstancemigrations'")
+    );
+}

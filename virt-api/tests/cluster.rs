@@ -7,7 +7,10 @@
 //! * `kubectl apply -f` upstream's `vmi-ephemeral.yaml` and `vmi-sata.yaml` → the stored VMIs carry upstream's
 //!   defaults;
 //! * `kubectl create -f` of bad VMIs → refused, `kubectl` printing upstream's messages;
-//! * a spec change by a user → "update of VMI object is restricted"; a status edit → reverted.
+//! * a spec change by a user → "update of VMI object is restricted"; a status edit → reverted;
+//! * VirtualMachineInstanceMigrations: refused for an unknown VMI, without `vmiName`, with a `priority`, with a bad
+//!   `addedNodeSelector`, or while another one of the VMI is in flight; admitted ones carry the selector label and
+//!   the finalizer; their spec and (while in flight) selector label cannot change.
 //!
 //! `#[ignore]`d like every cluster test: `cargo test -p virt-api --test cluster -- --ignored`.
 
@@ -16,6 +19,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crds::kubevirt::migration::VirtualMachineInstanceMigration;
 use crds::kubevirt::vmi::VirtualMachineInstance;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_test_support::{Error, Result, TestCluster, TestNamespace, apply_yaml, poll_until, read_repo_file};
@@ -36,8 +40,9 @@ fn check(what: &str, message: String) -> Error {
     Error::Check { what: what.into(), message }
 }
 
-/// Starts the binary on a free port of 127.0.0.1 with `pki`'s certificate; returns it and the port.
-fn start_virt_api(dir: &std::path::Path, pki: &Pki) -> Result<(VirtApi, u16)> {
+/// Starts the binary on a free port of 127.0.0.1 with `pki`'s certificate and `kubeconfig`'s client (the
+/// migration validator reads VMIs and migrations); returns it and the port.
+fn start_virt_api(dir: &std::path::Path, pki: &Pki, kubeconfig: &std::path::Path) -> Result<(VirtApi, u16)> {
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert, &pki.cert_pem).map_err(Error::io("writing tls.crt"))?;
     std::fs::write(&key, &pki.key_pem).map_err(Error::io("writing tls.key"))?;
@@ -48,6 +53,7 @@ fn start_virt_api(dir: &std::path::Path, pki: &Pki) -> Result<(VirtApi, u16)> {
         .env("VIRT_API_TLS_CERT", &cert)
         .env("VIRT_API_TLS_KEY", &key)
         .env("VIRT_API_LOG", "info")
+        .env("KUBECONFIG", kubeconfig)
         .stderr(Stdio::piped())
         .spawn()
         .map_err(Error::io("starting virt-api"))?;
@@ -69,18 +75,24 @@ fn start_virt_api(dir: &std::path::Path, pki: &Pki) -> Result<(VirtApi, u16)> {
 
 /// The test's webhook configurations (named `<ns>-…`, matching namespace `ns` only).
 fn webhook_configurations(ns: &str, port: u16, pki: &Pki) -> String {
-    let hook = |name: &str, path: &str, ops: &str| {
+    let hook_for = |resource: &str, name: &str, path: &str, ops: &str| {
         format!(
-            "- name: {name}\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Fail\n  timeoutSeconds: 10\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  rules: [{{operations: [{ops}], apiGroups: [kubevirt.io], apiVersions: [v1, v1alpha3], resources: [virtualmachineinstances]}}]\n  clientConfig: {{url: \"https://127.0.0.1:{port}{path}\", caBundle: {}}}\n",
+            "- name: {name}\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Fail\n  timeoutSeconds: 10\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  rules: [{{operations: [{ops}], apiGroups: [kubevirt.io], apiVersions: [v1, v1alpha3], resources: [{resource}]}}]\n  clientConfig: {{url: \"https://127.0.0.1:{port}{path}\", caBundle: {}}}\n",
             pki.ca_bundle()
         )
     };
+    let hook = |name: &str, path: &str, ops: &str| hook_for("virtualmachineinstances", name, path, ops);
+    let migration_hook =
+        |name: &str, path: &str, ops: &str| hook_for("virtualmachineinstancemigrations", name, path, ops);
     use contracts::kubevirt::consts::webhook as w;
     format!(
-        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: {ns}-mutator}}\nwebhooks:\n{}---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: {ns}-validator}}\nwebhooks:\n{}{}",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: {ns}-mutator}}\nwebhooks:\n{}{}---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: {ns}-validator}}\nwebhooks:\n{}{}{}{}",
         hook(w::VMI_MUTATOR, w::VMI_MUTATE_PATH, "CREATE, UPDATE"),
+        migration_hook(w::MIGRATION_MUTATOR, w::MIGRATION_MUTATE_PATH, "CREATE"),
         hook(w::VMI_CREATE_VALIDATOR, w::VMI_VALIDATE_CREATE_PATH, "CREATE"),
         hook(w::VMI_UPDATE_VALIDATOR, w::VMI_VALIDATE_UPDATE_PATH, "UPDATE"),
+        migration_hook(w::MIGRATION_CREATE_VALIDATOR, w::MIGRATION_VALIDATE_CREATE_PATH, "CREATE"),
+        migration_hook(w::MIGRATION_UPDATE_VALIDATOR, w::MIGRATION_VALIDATE_UPDATE_PATH, "UPDATE"),
     )
 }
 
@@ -201,12 +213,13 @@ async fn kubectl_shows_upstreams_defaults_and_refusals() -> Result<()> {
     let cluster = TestCluster::start_or_reuse().await?;
     let client = cluster.client().await?;
     apply_yaml(&client, "default", &read_repo_file("deploy/crds/virtualmachineinstance.yaml")?).await?;
+    apply_yaml(&client, "default", &read_repo_file("deploy/crds/virtualmachineinstancemigration.yaml")?).await?;
     let ns = TestNamespace::create(&client, "virt-api").await?;
     let name = ns.name().to_owned();
     let pki = Pki::generate(&["127.0.0.1".to_owned(), "localhost".to_owned()])
         .map_err(|e| check("certificates", e.to_string()))?;
     let dir = tempfile::tempdir().map_err(Error::io("tempdir"))?;
-    let (_virt_api, port) = start_virt_api(dir.path(), &pki)?;
+    let (_virt_api, port) = start_virt_api(dir.path(), &pki, cluster.kubeconfig())?;
     apply_yaml(&client, &name, &webhook_configurations(&name, port, &pki)).await?;
     let outcome = exercise(&cluster, &client, &name).await;
     // Clean up whatever happened: the configurations first (they point at this process), then the namespace.
@@ -327,11 +340,93 @@ async fn exercise(cluster: &TestCluster, client: &kube::Client, ns: &str) -> Res
         return Err(check("a v1alpha3 VMI without memory", err));
     }
 
+    migrations(client, ns).await?;
+
     // Leave nothing that waits for a controller: drop the finalizers, delete.
     for vmi_name in ["vmi-ephemeral", "vmi-sata"] {
         let drop_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
         vmis.patch(vmi_name, &PatchParams::default(), &drop_finalizers).await?;
         vmis.delete(vmi_name, &DeleteParams::default()).await?;
     }
+    Ok(())
+}
+
+fn vmim(spec: Value) -> Result<VirtualMachineInstanceMigration> {
+    serde_json::from_value(json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"generateName": "kubevirt-migrate-vm-"}, "spec": spec}))
+    .map_err(|e| check("a migration", e.to_string()))
+}
+
+/// The migration webhooks against the (Pending, so not final and not known to be unmigratable) `vmi-ephemeral`.
+async fn migrations(client: &kube::Client, ns: &str) -> Result<()> {
+    let api: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams::default();
+    let create = r#"admission webhook "migration-create-validator.kubevirt.io" denied the request: "#;
+    let update = r#"admission webhook "migration-update-validator.kubevirt.io" denied the request: "#;
+    // The CRD may still be getting established.
+    let unknown = vmim(json!({"vmiName": "nope"}))?;
+    let want = format!(r#"400 {create}the VMI "{ns}/nope" does not exist"#);
+    poll_until("the migration CRD served and its webhooks in effect", Duration::from_secs(60), || async {
+        (api_error(api.create(&pp, &unknown).await) == want).then_some(())
+    })
+    .await?;
+    let regex = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let refused = [
+        (json!({"vmiName": ""}), format!("422 {create}vmiName is missing")),
+        (
+            json!({"vmiName": "vmi-ephemeral", "priority": "system-critical"}),
+            format!("422 {create}Migration priority queue, only virt-controller is allowed to set priority field"),
+        ),
+        (
+            json!({"vmiName": "vmi-ephemeral", "addedNodeSelector": {"a b": "x"}}),
+            format!(r#"422 {create}spec.addedNodeSelector: Invalid value: "a b": name part {regex}"#),
+        ),
+    ];
+    for (spec, want) in refused {
+        let got = api_error(api.create(&pp, &vmim(spec.clone())?).await);
+        if got != want {
+            return Err(check(&format!("creating a migration {spec}"), format!("want {want}\ngot  {got}")));
+        }
+    }
+
+    // Admitted: the mutator's label and finalizer.
+    let first = api.create(&pp, &vmim(json!({"vmiName": "vmi-ephemeral"}))?).await?;
+    let name = first.metadata.name.clone().unwrap_or_default();
+    let labels = first.metadata.labels.clone().unwrap_or_default();
+    if !name.starts_with("kubevirt-migrate-vm-")
+        || labels.get("kubevirt.io/vmi-name").map(String::as_str) != Some("vmi-ephemeral")
+        || first.metadata.finalizers != Some(vec!["kubevirt.io/migrationJobFinalize".to_owned()])
+    {
+        return Err(check("the admitted migration", format!("{:?}", first.metadata)));
+    }
+    let uid = first.metadata.uid.clone().unwrap_or_default();
+    let got = api_error(api.create(&pp, &vmim(json!({"vmiName": "vmi-ephemeral"}))?).await);
+    let want = format!(
+        "400 {create}in-flight migration detected. Active migration job ({uid}) is currently already in progress for VMI vmi-ephemeral."
+    );
+    if got != want {
+        return Err(check("a second migration", format!("want {want}\ngot  {got}")));
+    }
+
+    // Updates: the spec and the selector label stay; the finalizer may go.
+    let changes = [
+        (
+            json!({"spec": {"addedNodeSelector": {"kubernetes.io/hostname": "x"}}}),
+            format!("422 {update}update of Migration object's spec is restricted"),
+        ),
+        (
+            json!({"metadata": {"labels": {"kubevirt.io/vmi-name": "other"}}}),
+            format!("422 {update}selector label can't be modified on an in-flight migration"),
+        ),
+    ];
+    for (patch, want) in changes {
+        let got = api_error(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await);
+        if got != want {
+            return Err(check(&format!("patching the migration with {patch}"), format!("want {want}\ngot  {got}")));
+        }
+    }
+    let drop_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch(&name, &PatchParams::default(), &drop_finalizers).await?;
+    api.delete(&name, &DeleteParams::default()).await?;
     Ok(())
 }

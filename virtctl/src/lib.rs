@@ -13,6 +13,7 @@
 
 pub mod expand;
 pub mod expose;
+pub mod migrate;
 pub mod portforward;
 pub mod vm;
 pub mod vmi;

@@ -1,5 +1,5 @@
 //! `virtctl`: the subset of KubeVirt's CLI this project provides — `image-upload`, `start`, `stop`, `restart`,
-//! `console`, `vnc`, `pause`, `unpause`, `expose`, `port-forward`, `expand`.
+//! `migrate`, `migrate-cancel`, `console`, `vnc`, `pause`, `unpause`, `expose`, `port-forward`, `expand`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,8 +12,8 @@ use virtctl::vmi;
 #[command(
     name = "virtctl",
     version,
-    about = "KubeVirt command line client (image-upload, start, stop, restart, console, vnc, pause, unpause, expose, \
-             port-forward, expand)"
+    about = "KubeVirt command line client (image-upload, start, stop, restart, migrate, migrate-cancel, console, vnc, \
+             pause, unpause, expose, port-forward, expand)"
 )]
 struct Cli {
     /// Namespace (default: the kubeconfig context's).
@@ -36,6 +36,10 @@ enum Cmd {
     Stop(LifecycleArgs),
     /// Restart a virtual machine.
     Restart(LifecycleArgs),
+    /// Migrate a virtual machine.
+    Migrate(virtctl::migrate::MigrateArgs),
+    /// Cancel migration of a virtual machine.
+    MigrateCancel(virtctl::migrate::MigrateCancelArgs),
     /// Connect to a console of a virtual machine instance.
     Console(vmi::ConsoleArgs),
     /// Open a VNC connection to a virtual machine instance.
@@ -78,6 +82,8 @@ fn main() -> ExitCode {
         Cmd::Start(a) => Run::Lifecycle(Verb::Start, a),
         Cmd::Stop(a) => Run::Lifecycle(Verb::Stop, a),
         Cmd::Restart(a) => Run::Lifecycle(Verb::Restart, a),
+        Cmd::Migrate(a) => Run::Migrate(a),
+        Cmd::MigrateCancel(a) => Run::MigrateCancel(a),
         Cmd::Pause(a) => Run::Pause(vmi::PauseVerb::Pause, a),
         Cmd::Unpause(a) => Run::Pause(vmi::PauseVerb::Unpause, a),
         Cmd::Console(a) => Run::Console(a),
@@ -92,6 +98,8 @@ fn main() -> ExitCode {
         let (c, ns) = client(namespace, kubeconfig).await?;
         let result = match &run {
             Run::Lifecycle(verb, args) => virtctl::vm::run(*verb, args, c, &ns).await.map(Some),
+            Run::Migrate(args) => virtctl::migrate::migrate(args, c, &ns).await.map(Some),
+            Run::MigrateCancel(args) => virtctl::migrate::migrate_cancel(args, c, &ns).await.map(Some),
             Run::Pause(verb, args) => vmi::pause(*verb, args, c, &ns).await.map(Some),
             Run::Console(args) => vmi::console(args, c, &ns).await.map(|()| None),
             Run::Vnc(args) => vmi::vnc(args, c, &ns).await.map(|()| None),
@@ -115,6 +123,8 @@ fn main() -> ExitCode {
 /// A command that prints upstream's result line or error text.
 enum Run {
     Lifecycle(Verb, LifecycleArgs),
+    Migrate(virtctl::migrate::MigrateArgs),
+    MigrateCancel(virtctl::migrate::MigrateCancelArgs),
     Pause(vmi::PauseVerb, vmi::PauseArgs),
     Console(vmi::ConsoleArgs),
     Vnc(vmi::VncArgs),

@@ -231,6 +231,18 @@ pub mod webhook {
     pub const VMIRS_VALIDATOR: &str = "virtualmachinereplicaset-validator.kubevirt.io";
     /// HTTPS path of [`VMIRS_VALIDATOR`].
     pub const VMIRS_VALIDATE_PATH: &str = "/virtualmachinereplicaset-validate";
+    /// Mutating webhook of VirtualMachineInstanceMigration CREATE (selector label and finalizer).
+    pub const MIGRATION_MUTATOR: &str = "migrations-mutator.kubevirt.io";
+    /// Validating webhook of VirtualMachineInstanceMigration CREATE.
+    pub const MIGRATION_CREATE_VALIDATOR: &str = "migration-create-validator.kubevirt.io";
+    /// Validating webhook of VirtualMachineInstanceMigration UPDATE.
+    pub const MIGRATION_UPDATE_VALIDATOR: &str = "migration-update-validator.kubevirt.io";
+    /// HTTPS path of [`MIGRATION_MUTATOR`].
+    pub const MIGRATION_MUTATE_PATH: &str = "/migration-mutate-create";
+    /// HTTPS path of [`MIGRATION_CREATE_VALIDATOR`].
+    pub const MIGRATION_VALIDATE_CREATE_PATH: &str = "/migration-validate-create";
+    /// HTTPS path of [`MIGRATION_UPDATE_VALIDATOR`].
+    pub const MIGRATION_VALIDATE_UPDATE_PATH: &str = "/migration-validate-update";
     /// Name of the MutatingWebhookConfiguration holding the mutators.
     pub const MUTATING_CONFIGURATION: &str = "virt-api-mutator";
     /// Name of the ValidatingWebhookConfiguration holding the validators.

@@ -21,6 +21,7 @@
 //! deprecated APIs, virt-handler's node restriction, storage hotplug on UPDATE.
 
 pub mod disks;
+pub mod migration;
 pub mod names;
 pub mod network;
 pub mod vm;

@@ -1,5 +1,5 @@
 //! Kubernetes' name rules with its exact messages (`k8s.io/apimachinery/pkg/util/validation`): DNS-1123 labels
-//! and subdomains, port names.
+//! and subdomains, qualified names and label values, port names.
 
 const LABEL_MAX: usize = 63;
 const SUBDOMAIN_MAX: usize = 253;
@@ -62,6 +62,69 @@ pub fn dns1123_subdomain(s: &str) -> Vec<String> {
     errs
 }
 
+const QUALIFIED_NAME_MAX: usize = 63;
+const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const QUALIFIED_NAME_MSG: &str =
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+/// `^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`.
+fn is_qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    let ext = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => f.is_ascii_alphanumeric() && l.is_ascii_alphanumeric() && b.iter().all(ext),
+        _ => false,
+    }
+}
+
+/// Kubernetes' `IsQualifiedName` (label keys: an optional DNS subdomain prefix and `/`, then a name of at most 63
+/// characters): the messages of what is wrong (none when valid).
+pub fn qualified_name(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = s.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_owned());
+            } else {
+                errs.extend(dns1123_subdomain(prefix).into_iter().map(|m| format!("prefix part {m}")));
+            }
+            *name
+        }
+        _ => {
+            let regex = regex_error(QUALIFIED_NAME_MSG, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"]);
+            errs.push(format!(
+                "a qualified name {regex} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_owned());
+    } else if name.len() > QUALIFIED_NAME_MAX {
+        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX)));
+    }
+    if !is_qualified_name_part(name) {
+        let regex = regex_error(QUALIFIED_NAME_MSG, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"]);
+        errs.push(format!("name part {regex}"));
+    }
+    errs
+}
+
+/// Kubernetes' `IsValidLabelValue`: empty, or a qualified name part of at most 63 characters.
+pub fn label_value(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > QUALIFIED_NAME_MAX {
+        errs.push(max_len_error(QUALIFIED_NAME_MAX));
+    }
+    if !s.is_empty() && !is_qualified_name_part(s) {
+        errs.push(regex_error(LABEL_VALUE_MSG, &format!("({QUALIFIED_NAME_FMT})?"), &["MyValue", "my_value", "12345"]));
+    }
+    errs
+}
+
 /// Kubernetes' `IsValidPortName`: whether `s` is a valid port (IANA service) name.
 pub fn is_valid_port_name(s: &str) -> bool {
     let b = s.as_bytes();
@@ -90,5 +153,31 @@ mod tests {
         assert!(dns1123_subdomain("a.b-c").is_empty());
         assert_eq!(dns1123_subdomain("A").len(), 1);
         assert!(is_valid_port_name("http") && !is_valid_port_name("80") && !is_valid_port_name("a--b"));
+    }
+
+    #[test]
+    fn qualified_names_and_label_values_are_kubernetes() {
+        for ok in ["kubernetes.io/hostname", "zone", "a_b.c-d", "example.com/X9"] {
+            assert_eq!(qualified_name(ok), Vec::<String>::new(), "{ok}");
+        }
+        let regex = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+        assert_eq!(qualified_name("a b"), [format!("name part {regex}")]);
+        assert_eq!(qualified_name("/x"), ["prefix part must be non-empty".to_owned()]);
+        assert_eq!(qualified_name("x/"), ["name part must be non-empty".to_owned(), format!("name part {regex}")]);
+        assert_eq!(
+            qualified_name("a/b/c"),
+            [format!(
+                "a qualified name {regex} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )]
+        );
+        assert_eq!(qualified_name(&"a".repeat(64)), ["name part must be no more than 63 characters".to_owned()]);
+        assert_eq!(qualified_name("Ex.com/a").len(), 1, "the prefix is a lowercase subdomain");
+        assert!(qualified_name("Ex.com/a")[0].starts_with("prefix part a lowercase RFC 1123 subdomain"));
+        assert!(label_value("").is_empty() && label_value("my_value.1").is_empty());
+        assert_eq!(
+            label_value("-x"),
+            ["a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".to_owned()]
+        );
+        assert_eq!(label_value(&"v".repeat(64)), ["must be no more than 63 characters".to_owned()]);
     }
 }
