@@ -90,4 +90,11 @@ fi
   # Console, VNC, pause/unpause (issue 14) with upstream's virtctl and ours, through virt-api and the node API.
   step "VM console, VNC and pause on the cluster (issue 14)"
   cargo test -p vm-controller --test attach -- --ignored --test-threads=1 || vmi_failed
+  # Two nodes (issue 15): node 2 joins the running cluster (its own containerd and kubelet; the node agent's
+  # DaemonSet follows), then live migrations between the nodes: upstream's migration-job.yaml and virtctl migrate
+  # (upstream's and ours), cancel, a killed target, an unschedulable target, shared and node-local claims.
+  step "two nodes and live migration (issue 15)"
+  KV_NODES=2 tests/cluster/up
+  cargo test -p kube-test-support --test two_nodes -- --ignored --test-threads=1 || cluster_failed
+  cargo test -p vm-controller --test migration -- --ignored --test-threads=1 || vmi_failed
 )

@@ -59,6 +59,29 @@ pub struct Context {
     pub migration_caps: (usize, usize),
 }
 
+/// How long a reconcile waits for a cache its controller's own trigger stream fills before it steps back.
+pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `store` (filled by a controller's own trigger stream) has listed, waiting at most [`CACHE_WAIT`]. A
+/// reconcile that is not ready returns and is requeued rather than waiting on: a reconcile parked on a cache its
+/// own controller must fill was seen to stall the controller after a leader hand-over.
+pub async fn cache_ready<K>(store: &Store<K>, what: &str) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    match tokio::time::timeout(CACHE_WAIT, store.wait_until_ready()).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(cache = what, error = %e, "cache writer gone");
+            false
+        }
+        Err(_) => {
+            tracing::info!(cache = what, "cache not listed yet; requeued");
+            false
+        }
+    }
+}
+
 /// The label selector of every launcher pod.
 pub fn launcher_pod_selector() -> String {
     use contracts::kubevirt::consts::label;

@@ -51,6 +51,81 @@ async fn ready_nodes(env: &VmiEnv) -> Result<Vec<String>> {
         .collect())
 }
 
+/// Sets (or with `None` removes) `spec.configuration.migrations.bandwidthPerMigration` of the cluster's KubeVirt: a
+/// slow migration stays Running long enough to be cancelled or broken.
+async fn set_bandwidth(env: &VmiEnv, bandwidth: Option<&str>) -> Result<()> {
+    let kv: Api<crds::kubevirt::config::KubeVirt> = Api::namespaced(env.client.clone(), "kubevirt");
+    let patch = serde_json::json!({"spec": {"configuration": {"migrations": {"bandwidthPerMigration": bandwidth}}}});
+    kv.patch("kubevirt", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// A VMIM of `vmi` named `name` (`annotations` as given, `selector` as addedNodeSelector).
+fn vmim_yaml(name: &str, vmi: &str, annotations: &str, selector: &str) -> String {
+    format!(
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: {name}\n  annotations: {{{annotations}}}\n\
+         spec:\n  vmiName: {vmi}\n  addedNodeSelector: {{{selector}}}\n"
+    )
+}
+
+/// Boots upstream's vmi-migratable as `name`; returns the VMI, its node and its launcher pod once it ticks.
+async fn boot(env: &VmiEnv, name: &str) -> Result<(VirtualMachineInstance, String, String)> {
+    let yaml = stack_support::local_images(&upstream_example("vmi-migratable.yaml")?, &env.image)
+        .replace("name: vmi-migratable", &format!("name: {name}"));
+    env.kubectl_manifest("create", &yaml)?;
+    let vmi = env.wait_phase(name, Phase::Running, BOOT_TIMEOUT).await?;
+    let pod = env.launcher_pod(&vmi).await?.name_any();
+    env.wait_console(&pod, &format!("{TICK} 2 "), BOOT_TIMEOUT).await?;
+    Ok((vmi.clone(), node_of(&vmi), pod))
+}
+
+/// After a migration that did not happen: the VMI runs on `node` in `pod`, the guest (same boot) keeps ticking.
+async fn still_on_source(env: &VmiEnv, name: &str, node: &str, pod: &str) -> Result<()> {
+    let vmi = env.vmis().get(name).await?;
+    assert_eq!(vmi.phase(), Phase::Running, "{:?}", vmi.status);
+    assert_eq!(node_of(&vmi), node, "the VMI stayed on its node");
+    assert!(!vmi.labels().contains_key("kubevirt.io/migrationTargetNodeName"), "{:?}", vmi.labels());
+    let before = last_uptime(&env.console(pod), TICK).ok_or_else(|| err("no tick on the source"))?;
+    poll_until("the guest to keep ticking on the source", Duration::from_secs(30), || async {
+        last_uptime(&env.console(pod), TICK).filter(|u| *u > before + 2.0)
+    })
+    .await?;
+    assert_eq!(env.console(pod).matches(MARKER).count(), 1, "no reboot on the source");
+    let pods = env.launcher_pods(&vmi).await?;
+    poll_until("only the source pod left", Duration::from_secs(60), || async {
+        let pods = env.launcher_pods(&vmi).await.ok()?;
+        (pods.len() == 1 && pods[0].name_any() == pod).then_some(())
+    })
+    .await
+    .map_err(|e| err(format!("{e}: {:?}", pods.iter().map(|p| p.name_any()).collect::<Vec<_>>())))?;
+    Ok(())
+}
+
+/// One virtctl run in the test namespace: (exit code, stdout + stderr).
+fn virtctl(env: &VmiEnv, bin: &std::path::Path, args: &[&str]) -> Result<(i32, String)> {
+    let out = std::process::Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(["-n", env.ns.name()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(Error::io("virtctl"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), text))
+}
+
+/// Waits for the migration of VMI `vmi` created by `virtctl migrate` (generateName `kubevirt-migrate-vm-`) to end;
+/// returns it.
+async fn wait_virtctl_migration(env: &VmiEnv, vmi: &str, not: &[String]) -> Result<VirtualMachineInstanceMigration> {
+    let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+    poll_until("the virtctl migration to end", MIGRATION_TIMEOUT, || async {
+        let list = vmims.list(&ListParams::default().labels(&format!("kubevirt.io/vmi-name={vmi}"))).await.ok()?;
+        list.items.into_iter().find(|m| m.is_final() && !not.contains(&m.name_any()))
+    })
+    .await
+}
+
 fn node_of(vmi: &VirtualMachineInstance) -> String {
     vmi.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()
 }
@@ -59,6 +134,7 @@ fn node_of(vmi: &VirtualMachineInstance) -> String {
 #[ignore = "needs the two-node test cluster with the stack installed"]
 async fn a_container_disk_vmi_migrates_to_the_other_node_and_keeps_running() -> Result<()> {
     let env = VmiEnv::on_installed_stack("migration").await?;
+    set_bandwidth(&env, None).await?;
     let nodes = ready_nodes(&env).await?;
     if nodes.len() < 2 {
         return Err(err(format!(
@@ -144,5 +220,257 @@ async fn a_container_disk_vmi_migrates_to_the_other_node_and_keeps_running() -> 
         env.pods().get_opt(&source_pod).await.ok()?.is_none().then_some(())
     })
     .await?;
+    Ok(())
+}
+
+/// A namespace on the two-node cluster (fails without two Ready nodes) with the migration bandwidth capped at
+/// 1 MiB/s, and VMI `vmi` booted and migrating (VMIM `vmim` in phase Running): (env, source node, source pod, the
+/// running VMIM). The cap is lifted again by [`lift_cap`].
+async fn slow_migration(
+    prefix: &str,
+    vmi: &str,
+    vmim: &str,
+) -> Result<(VmiEnv, String, String, VirtualMachineInstanceMigration)> {
+    let env = VmiEnv::on_installed_stack(prefix).await?;
+    if ready_nodes(&env).await?.len() < 2 {
+        return Err(err("live migration needs two Ready nodes (KV_NODES=2 tests/cluster/up)"));
+    }
+    set_bandwidth(&env, Some("1Mi")).await?;
+    let started = async {
+        let (_, node, pod) = boot(&env, vmi).await?;
+        env.kubectl_manifest("create", &vmim_yaml(vmim, vmi, "", ""))?;
+        let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+        let running = poll_object(&vmims, vmim, MIGRATION_TIMEOUT, |m: &VirtualMachineInstanceMigration| {
+            m.phase() == Some(&MigrationPhase::Running) || m.is_final()
+        })
+        .await?;
+        assert_eq!(running.phase(), Some(&MigrationPhase::Running), "{:?}", running.status);
+        Ok((node, pod, running))
+    }
+    .await;
+    match started {
+        Ok((node, pod, running)) => Ok((env, node, pod, running)),
+        Err(e) => {
+            set_bandwidth(&env, None).await?;
+            Err(e)
+        }
+    }
+}
+
+/// Lifts [`slow_migration`]'s cap, then returns `result`.
+async fn lift_cap(env: &VmiEnv, result: Result<()>) -> Result<()> {
+    set_bandwidth(env, None).await?;
+    result
+}
+
+#[tokio::test]
+#[ignore = "needs the two-node test cluster with the stack installed"]
+async fn deleting_a_running_migration_cancels_it_and_the_guest_stays() -> Result<()> {
+    let (env, node, pod, _) = slow_migration("migration-cancel", "vmi-cancel", "cancel-me").await?;
+    let result = async {
+        let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+        // Upstream's `virtctl migrate-cancel` deletes the VMI's migration in flight: that is the cancel.
+        let upstream =
+            tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+        let (code, out) = virtctl(&env, &upstream, &["migrate-cancel", "vmi-cancel"])?;
+        assert_eq!((code, out.trim()), (0, "VM vmi-cancel was scheduled to migrate-cancel"), "upstream virtctl");
+        let vmi = poll_object(&env.vmis(), "vmi-cancel", MIGRATION_TIMEOUT, |v: &VirtualMachineInstance| {
+            v.status.as_ref().and_then(|s| s.migration_state.as_ref()).is_some_and(|m| m.failed == Some(true))
+        })
+        .await?;
+        let ms = vmi.status.clone().unwrap_or_default().migration_state.unwrap_or_default();
+        assert_eq!(ms.abort_requested, Some(true), "{ms:?}");
+        assert_eq!(ms.abort_status.as_deref(), Some("Succeeded"), "{ms:?}");
+        assert_eq!(ms.failure_reason.as_deref(), Some("Live migration aborted "), "{ms:?}");
+        poll_until("the cancelled VMIM to be gone", Duration::from_secs(60), || async {
+            vmims.get_opt("cancel-me").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        still_on_source(&env, "vmi-cancel", &node, &pod).await
+    }
+    .await;
+    lift_cap(&env, result).await
+}
+
+#[tokio::test]
+#[ignore = "needs the two-node test cluster with the stack installed"]
+async fn a_target_killed_mid_migration_fails_it_and_the_source_keeps_running() -> Result<()> {
+    let (env, node, pod, running) = slow_migration("migration-kill", "vmi-kill", "kill-target").await?;
+    let result = async {
+        let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+        let target = running
+            .status
+            .and_then(|s| s.migration_state)
+            .and_then(|m| m.target_pod)
+            .ok_or_else(|| err("no target pod in the VMIM's state"))?;
+        env.kubectl(&["delete", "pod", &target, "--grace-period=0", "--force"])?;
+        let failed =
+            poll_object(&vmims, "kill-target", MIGRATION_TIMEOUT, |m: &VirtualMachineInstanceMigration| m.is_final())
+                .await?;
+        assert_eq!(failed.phase(), Some(&MigrationPhase::Failed), "{:?}", failed.status);
+        still_on_source(&env, "vmi-kill", &node, &pod).await
+    }
+    .await;
+    lift_cap(&env, result).await
+}
+
+#[tokio::test]
+#[ignore = "needs the two-node test cluster with the stack installed"]
+async fn an_unschedulable_target_fails_the_migration_after_its_timeout() -> Result<()> {
+    let env = VmiEnv::on_installed_stack("migration-unsched").await?;
+    let (_, node, pod) = boot(&env, "vmi-unsched").await?;
+    let annotations = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds: \"15\"";
+    env.kubectl_manifest(
+        "create",
+        &vmim_yaml("nowhere", "vmi-unsched", annotations, "kubevirt-rs.test/no-such-node: \"x\""),
+    )?;
+    let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+    let scheduling = poll_object(&vmims, "nowhere", Duration::from_secs(60), |m: &VirtualMachineInstanceMigration| {
+        m.phase() == Some(&MigrationPhase::Scheduling) || m.is_final()
+    })
+    .await?;
+    assert_eq!(scheduling.phase(), Some(&MigrationPhase::Scheduling));
+    let failed =
+        poll_object(&vmims, "nowhere", Duration::from_secs(90), |m: &VirtualMachineInstanceMigration| m.is_final())
+            .await?;
+    assert_eq!(failed.phase(), Some(&MigrationPhase::Failed));
+    let events = env.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=nowhere",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ])?;
+    assert!(events.contains("unschedulable for more than 15 seconds"), "{events}");
+    still_on_source(&env, "vmi-unsched", &node, &pod).await
+}
+
+#[tokio::test]
+#[ignore = "needs the two-node test cluster with the stack installed"]
+async fn virtctl_migrate_moves_a_vm_there_and_back_with_upstreams_and_ours() -> Result<()> {
+    let env = VmiEnv::on_installed_stack("migration-virtctl").await?;
+    if ready_nodes(&env).await?.len() < 2 {
+        return Err(err("live migration needs two Ready nodes (KV_NODES=2 tests/cluster/up)"));
+    }
+    set_bandwidth(&env, None).await?;
+    let upstream =
+        tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+    let ours = kube_test_support::workspace_binary("virtctl")?;
+    let yaml = stack_support::local_images(&upstream_example("vm-cirros.yaml")?, &env.image)
+        .replace("runStrategy: Halted", "runStrategy: Always");
+    env.kubectl_manifest("create", &yaml)?;
+    let vmi = env.wait_phase("vm-cirros", Phase::Running, BOOT_TIMEOUT).await?;
+    let pod = env.launcher_pod(&vmi).await?.name_any();
+    env.wait_console(&pod, &format!("{TICK} 2 "), BOOT_TIMEOUT).await?;
+    let mut node = node_of(&vmi);
+    let mut seen = Vec::new();
+    for (bin, who) in [(&upstream, "upstream"), (&ours, "ours")] {
+        let (code, out) = virtctl(&env, bin, &["migrate", "vm-cirros", "--dry-run"])?;
+        assert_eq!(code, 0, "{who}: {out}");
+        assert!(
+            out.contains("Dry Run execution") && out.contains("VM vm-cirros was scheduled to migrate"),
+            "{who}: {out}"
+        );
+        let (code, out) = virtctl(&env, bin, &["migrate", "vm-cirros"])?;
+        assert_eq!((code, out.trim()), (0, "VM vm-cirros was scheduled to migrate"), "{who}");
+        let m = wait_virtctl_migration(&env, "vm-cirros", &seen).await?;
+        assert!(m.name_any().starts_with("kubevirt-migrate-vm-"), "{who}: {}", m.name_any());
+        assert_eq!(m.phase(), Some(&MigrationPhase::Succeeded), "{who}: {:?}", m.status);
+        seen.push(m.name_any());
+        let vmi = env.vmis().get("vm-cirros").await?;
+        assert_ne!(node_of(&vmi), node, "{who}: the VM moved");
+        node = node_of(&vmi);
+        // Nothing left to cancel.
+        let (code, out) = virtctl(&env, bin, &["migrate-cancel", "vm-cirros"])?;
+        assert_ne!(code, 0, "{who}: {out}");
+        assert!(out.contains("Found no migration to cancel for vm-cirros"), "{who}: {out}");
+    }
+    // The guest survived both: one boot, uptime beyond the time the two migrations took.
+    let vmi = env.vmis().get("vm-cirros").await?;
+    let pod = vmi.status.clone().unwrap_or_default().migration_state.and_then(|m| m.target_pod).unwrap_or_default();
+    let log = env.wait_console(&pod, TICK, Duration::from_secs(60)).await?;
+    assert_eq!(log.matches(MARKER).count(), 0, "no boot on the last target");
+    let http = http_get(&vmi_ip(&vmi)).await?;
+    assert!(http.contains(MARKER), "{http}");
+    let (code, out) = virtctl(&env, &upstream, &["migrate", "no-such-vm"])?;
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("\"no-such-vm\" not found"), "{out}");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the two-node test cluster with the stack installed"]
+async fn shared_claims_migrate_and_node_local_claims_are_refused() -> Result<()> {
+    let env = VmiEnv::on_installed_stack("migration-storage").await?;
+    if ready_nodes(&env).await?.len() < 2 {
+        return Err(err("live migration needs two Ready nodes (KV_NODES=2 tests/cluster/up)"));
+    }
+    set_bandwidth(&env, None).await?;
+    let claim = |name: &str, class: &str, mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec:\n  storageClassName: {class}\n  \
+             accessModes: [{mode}]\n  resources: {{requests: {{storage: 64Mi}}}}\n---\n"
+        )
+    };
+    env.kubectl_manifest(
+        "create",
+        &(claim("rwx", "shared", "ReadWriteMany") + &claim("rwo", "local", "ReadWriteOnce")),
+    )?;
+    // A second disk on the claim, after the boot disk (volumes is the example's last key).
+    let with_claim = |vmi: &str, pvc: &str| -> Result<String> {
+        let yaml = stack_support::local_images(&upstream_example("vmi-migratable.yaml")?, &env.image)
+            .replace("name: vmi-migratable", &format!("name: {vmi}"))
+            .replace("      interfaces:\n", "      - disk: {bus: virtio}\n        name: data\n      interfaces:\n");
+        Ok(format!("{}\n  - name: data\n    persistentVolumeClaim: {{claimName: {pvc}}}\n", yaml.trim_end()))
+    };
+    env.kubectl_manifest("create", &with_claim("vmi-rwo", "rwo")?)?;
+    env.kubectl_manifest("create", &with_claim("vmi-rwx", "rwx")?)?;
+
+    // A ReadWriteOnce claim: LiveMigratable False with upstream's reason, and the VMIM refused by admission.
+    let rwo = env.wait_phase("vmi-rwo", Phase::Running, BOOT_TIMEOUT).await?;
+    let c = rwo
+        .status
+        .as_ref()
+        .and_then(|s| s.condition(&crds::kubevirt::vmi::VirtualMachineInstanceConditionType::LiveMigratable))
+        .cloned()
+        .ok_or_else(|| err("no LiveMigratable condition"))?;
+    assert_eq!(c.status, crds::kubevirt::vmi::ConditionStatus::False);
+    assert_eq!(c.reason.as_deref(), Some("DisksNotLiveMigratable"));
+    assert_eq!(
+        c.message.as_deref(),
+        Some(
+            "cannot migrate VMI: PVC rwo is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"
+        )
+    );
+    let refused = env.kubectl_manifest("create", &vmim_yaml("rwo-move", "vmi-rwo", "", "")).expect_err("refused");
+    assert!(
+        refused.to_string().contains(
+            "Cannot migrate VMI, Reason: DisksNotLiveMigratable, Message: cannot migrate VMI: PVC rwo is not shared"
+        ),
+        "{refused}"
+    );
+
+    // A ReadWriteMany claim (the shared class): migrates, the claim shared, the containerDisk copied.
+    let rwx = env.wait_phase("vmi-rwx", Phase::Running, BOOT_TIMEOUT).await?;
+    assert_eq!(
+        stack_support::vmi::condition(&rwx, crds::kubevirt::vmi::VirtualMachineInstanceConditionType::LiveMigratable),
+        Some(crds::kubevirt::vmi::ConditionStatus::True)
+    );
+    let source = node_of(&rwx);
+    let pod = env.launcher_pod(&rwx).await?.name_any();
+    env.wait_console(&pod, &format!("{TICK} 2 "), BOOT_TIMEOUT).await?;
+    env.kubectl_manifest("create", &vmim_yaml("rwx-move", "vmi-rwx", "", ""))?;
+    let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+    let done =
+        poll_object(&vmims, "rwx-move", MIGRATION_TIMEOUT, |m: &VirtualMachineInstanceMigration| m.is_final()).await?;
+    assert_eq!(done.phase(), Some(&MigrationPhase::Succeeded), "{:?}", done.status);
+    let rwx = env.vmis().get("vmi-rwx").await?;
+    assert_ne!(node_of(&rwx), source);
+    let target = rwx.status.clone().unwrap_or_default().migration_state.and_then(|m| m.target_pod).unwrap_or_default();
+    let xml = env.domain_xml(&target, "vmi-rwx")?;
+    assert!(xml.contains("vmi-disks/data/disk.img"), "the shared claim is the target's disk:\n{xml}");
+    let log = env.wait_console(&target, TICK, Duration::from_secs(60)).await?;
+    assert_eq!(log.matches(MARKER).count(), 0, "no boot on the target");
     Ok(())
 }

@@ -135,6 +135,40 @@ pub fn disks_to_copy(domain_xml: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether the disks a migration leaves in place (those not in `copied`, writable) are all the pod's claims
+/// (`vmi-disks/…` files or block devices) opened without the host's page cache (`cache` none or directsync).
+/// Their ReadWriteMany access mode is what made the VMI migratable (§3): the storage is shared by contract, which
+/// libvirt cannot see for a filesystem it does not know as shared (its local-filesystem heuristic refuses such a
+/// migration as unsafe); with no host cache on either side the hand-over is coherent, so the migration may skip that
+/// heuristic (`VIR_MIGRATE_UNSAFE`). Any other disk left in place keeps libvirt's check.
+pub fn shared_claims_coherent(domain_xml: &str, copied: &[String]) -> bool {
+    let Ok(doc) = roxmltree::Document::parse(domain_xml) else { return false };
+    let claims = format!("{}/vmi-disks/", contracts::kubevirt::launcher::PRIVATE_DIR);
+    let mut any = false;
+    for d in doc.descendants().filter(|n| n.has_tag_name("disk")) {
+        if d.children().any(|c| c.has_tag_name("readonly")) {
+            continue;
+        }
+        let target = d.children().find(|c| c.has_tag_name("target")).and_then(|t| t.attribute("dev"));
+        if target.is_some_and(|t| copied.iter().any(|c| c == t)) {
+            continue;
+        }
+        let source = d.children().find(|c| c.has_tag_name("source"));
+        let claim = match (d.attribute("type"), source) {
+            (Some("file"), Some(s)) => s.attribute("file").is_some_and(|f| f.starts_with(&claims)),
+            (Some("block"), Some(s)) => s.attribute("dev").is_some(),
+            (_, None) => continue,
+            _ => false,
+        };
+        let cache = d.children().find(|c| c.has_tag_name("driver")).and_then(|c| c.attribute("cache"));
+        if !claim || !matches!(cache, Some("none" | "directsync")) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
 /// When a running migration is given up (§5.5): after `completion_timeout_per_gib` per GiB of guest memory and
 /// copied disk (at least one GiB's worth), or when no data moved for `progress_timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +307,27 @@ mod tests {
         );
         assert_eq!(disks_to_copy(&xml), ["vda", "vdd"]);
         assert!(disks_to_copy("not xml").is_empty());
+    }
+
+    #[test]
+    fn shared_claims_without_host_cache_are_trusted() {
+        let claim = |cache: &str| {
+            format!(
+                "<disk type='file' device='disk'><driver name='qemu' cache='{cache}'/>\
+                 <source file='/var/run/kubevirt-private/vmi-disks/data/disk.img'/><target dev='vdb'/></disk>"
+            )
+        };
+        let overlay = format!(
+            "<disk type='file' device='disk'><driver cache='none'/><source file='{EPHEMERAL_DISKS_DIR}/disk-data/root/disk.qcow2'/><target dev='vda'/></disk>"
+        );
+        let dom = |disks: &str| format!("<domain><devices>{disks}</devices></domain>");
+        let copied = vec!["vda".to_owned()];
+        assert!(shared_claims_coherent(&dom(&(overlay.clone() + &claim("none"))), &copied));
+        assert!(!shared_claims_coherent(&dom(&(overlay.clone() + &claim("writethrough"))), &copied), "host cache");
+        assert!(!shared_claims_coherent(&dom(&(overlay.clone() + &claim("none"))), &[]), "a local disk left in place");
+        assert!(!shared_claims_coherent(&dom(&overlay), &copied), "no claim: libvirt's own check");
+        let block = "<disk type='block' device='disk'><driver cache='none'/><source dev='/dev/data'/><target dev='vdc'/></disk>";
+        assert!(shared_claims_coherent(&dom(block), &[]));
     }
 
     #[test]

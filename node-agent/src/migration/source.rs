@@ -140,14 +140,16 @@ async fn start(
                 let conn = Libvirt::connect(&uri).map_err(|e| e.line())?;
                 let dom = conn.lookup(&domain).map_err(|e| e.line())?.ok_or("the domain is gone from the source")?;
                 let xml = dom.xml().map_err(|e| e.line())?;
+                let copy_disks = plan::disks_to_copy(&xml);
+                let trusted = plan::shared_claims_coherent(&xml, &copy_disks);
                 let request = MigrateRequest {
                     libvirt_uri: in_pod.migration_libvirt_uri(),
                     uri: format!("unix://{}", in_pod.migration_socket(MigrationChannel::Direct)),
                     disks_uri: format!("unix://{}", in_pod.migration_socket(MigrationChannel::Block)),
-                    copy_disks: plan::disks_to_copy(&xml),
+                    copy_disks,
                     bandwidth_mib_per_s: Some(options.bandwidth_mib_per_s),
                     auto_converge: options.auto_converge,
-                    unsafe_migration: options.unsafe_migration,
+                    unsafe_migration: options.unsafe_migration || trusted,
                 };
                 dom.migrate(&request).map_err(|e| e.line())
             })

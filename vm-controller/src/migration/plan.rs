@@ -221,17 +221,20 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 plan.requeue = Some(POLL);
             }
             _ => {
+                if let Some(s) = state {
+                    apply_over(s, o, &mut status, &mut plan, &mut fail);
+                }
                 if status.phase.as_ref() != Some(&Phase::Succeeded) {
-                    delete_targets(&mut plan);
+                    if state.is_none_or(|s| s.failed != Some(true)) {
+                        delete_targets(&mut plan);
+                        clear_target_label(o, &mut plan);
+                    }
                     fail(&mut status, &mut plan, format!("Migration {} was deleted", vmim.name_any()));
                 }
                 if has_finalizer {
                     plan.actions.push(Action::RemoveFinalizer);
                 }
             }
-        }
-        if let Some(s) = state {
-            apply_over(s, o, &mut status, &mut plan, &mut fail);
         }
         finish(old, status, &mut plan);
         return plan;
@@ -404,11 +407,6 @@ fn apply_over(
             plan.actions.push(Action::DeletePod(p.name_any()));
         }
         clear_target_label(o, plan);
-        if o.vmim.finalizers().iter().any(|f| f == finalizer::MIGRATION_JOB)
-            && o.vmim.metadata.deletion_timestamp.is_some()
-        {
-            plan.actions.push(Action::RemoveFinalizer);
-        }
         return;
     }
     let taken_over = o.vmi.and_then(|v| v.status.as_ref()?.node_name.as_deref()) == s.target_node.as_deref();
@@ -422,9 +420,6 @@ fn apply_over(
                 s.target_node.clone().unwrap_or_default()
             ),
         });
-        if o.vmim.metadata.deletion_timestamp.is_some() {
-            plan.actions.push(Action::RemoveFinalizer);
-        }
     }
 }
 
@@ -749,8 +744,15 @@ mod tests {
         let aborted =
             vmi(Some(json!({"migrationUid": "m-1", "targetNode": "n2", "abortRequested": true, "failed": true,
             "abortStatus": "Succeeded", "failureReason": "Live migration aborted "})));
+        let mut aborted = aborted;
+        aborted.labels_mut().insert(label::MIGRATION_TARGET_NODE_NAME.into(), "n2".into());
         let p = run(&vmim(Some("Running"), true), Some(&aborted), &[target(true)], 10);
         assert_eq!(new_phase(&p).as_deref(), Some("Failed"));
+        let cleared = p
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::UpdateVmi(v) if !v.labels().contains_key(label::MIGRATION_TARGET_NODE_NAME)));
+        assert!(cleared, "the target label goes: {:?}", p.actions);
         assert!(p.actions.iter().any(|a| matches!(a, Action::RemoveFinalizer)));
     }
 

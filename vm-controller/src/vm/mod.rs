@@ -88,7 +88,7 @@ async fn started_template(
 }
 
 async fn reconcile_once(vm: &VirtualMachine, ctx: &Context) -> Result<Requeue> {
-    if ctx.stores.vmis.wait_until_ready().await.is_err() {
+    if !crate::context::cache_ready(&ctx.stores.vmis, "VMI").await {
         return Ok(Requeue::requeue(std::time::Duration::from_secs(1)));
     }
     let ns = vm.namespace().unwrap_or_default();

@@ -170,7 +170,7 @@ async fn lost_nodes(ctx: &Context, pods: &[Pod]) -> BTreeSet<String> {
 
 async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<Requeue> {
     // read (the pod store is fed by the controller's own pod stream: complete once it has listed)
-    if ctx.stores.pods.wait_until_ready().await.is_err() {
+    if !crate::context::cache_ready(&ctx.stores.pods, "launcher pod").await {
         return Ok(Requeue::requeue(std::time::Duration::from_secs(1)));
     }
     let mut pods = cached_pods(ctx, vmi);
