@@ -355,7 +355,7 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         home: layout.at(launcher::LIBVIRT_HOME),
         runtime_dir: layout.at(launcher::libvirt_runtime_dir()),
         user: files::qemu_owner(),
-        host_uuid: Some(config.pod_uid.clone()).filter(|u| !u.is_empty()),
+        host_uuid: Some(config.pod_uid.clone()).filter(|u| libvirtd::is_uuid(u)),
     };
     let libvirtd = libvirtd::Libvirtd::start(&libvirtd_config, &reaper).await.map_err(Error::Libvirtd)?;
     // QEMU (the `qemu` user) binds the console and VNC sockets in a directory of its own; the node agent (root)

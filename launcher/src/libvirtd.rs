@@ -112,6 +112,17 @@ pub fn render_conf(source: &str, socket_dir: &Path, host_uuid: Option<&str>) -> 
     out.join("\n") + "\n"
 }
 
+/// Whether `s` is a UUID as libvirt's `host_uuid` takes it (8-4-4-4-12 hex digits, not all one digit). Kubernetes
+/// pod UIDs are; anything else keeps libvirt's own host UUID.
+pub fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    let shape = groups.len() == 5
+        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()));
+    let mut digits = s.chars().filter(|c| *c != '-');
+    let first = digits.next();
+    shape && digits.any(|c| Some(c) != first)
+}
+
 /// Where libvirtd's files are.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -331,6 +342,20 @@ mod tests {
             render_conf("#unix_sock_dir = \"/x\"\n", Path::new("/s"), None),
             "#unix_sock_dir = \"/x\"\nunix_sock_dir = \"/s\"\n"
         );
+    }
+
+    #[test]
+    fn only_uuids_become_the_host_uuid() {
+        assert!(is_uuid("6a1f2b3c-4d5e-4f60-8a71-92b3c4d5e6f7"));
+        for bad in [
+            "pod-1",
+            "",
+            "00000000-0000-0000-0000-000000000000",
+            "6a1f2b3c4d5e4f608a7192b3c4d5e6f7",
+            "6a1f2b3c-4d5e-4f60-8a71-92b3c4d5e6fz",
+        ] {
+            assert!(!is_uuid(bad), "{bad}");
+        }
     }
 
     /// The image's own file, as `deploy/launcher/build-rootfs.sh` installs it.
