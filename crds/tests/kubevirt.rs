@@ -542,11 +542,15 @@ fn every_generated_crd_is_structural_and_fits_a_client_side_apply() {
         assert!(size < MAX_APPLY_BYTES, "{file}: {size} bytes of JSON; `kubectl apply` could not annotate it");
         crds_seen += 1;
     }
-    assert_eq!(crds_seen, 12);
+    assert_eq!(crds_seen, 13);
     let rendered = crds::crd::render_all().unwrap_or_default();
-    for file in
-        [VMI_FILE, crds::kubevirt::crd::VM_FILE, crds::kubevirt::crd::VMIRS_FILE, crds::kubevirt::crd::VMIM_FILE]
-    {
+    for file in [
+        VMI_FILE,
+        crds::kubevirt::crd::VM_FILE,
+        crds::kubevirt::crd::VMIRS_FILE,
+        crds::kubevirt::crd::VMIM_FILE,
+        crds::kubevirt::crd::MIGRATION_POLICY_FILE,
+    ] {
         assert!(rendered.iter().any(|(f, _)| *f == file), "{file}");
     }
 }
@@ -564,4 +568,22 @@ fn structural_check_refuses_additional_properties_next_to_properties() {
     spec.additional_properties = Some(JSONSchemaPropsOrBool::Bool(true));
     let err = crds::crd::check_structural(&crd).map(|()| String::new()).unwrap_or_else(|e| e.to_string());
     assert!(err.contains("v1:spec: properties and additionalProperties are mutually exclusive"), "{err}");
+}
+
+/// Upstream's `example-migration-policy.yaml` reads into the MigrationPolicy type with every field typed and
+/// matches a VMI and namespace carrying its selector labels (and not a namespace without them).
+#[test]
+fn upstreams_example_migration_policy_reads_and_matches() {
+    use crds::kubevirt::migration_policy::{MigrationPolicy, best_match};
+    let docs = documents(&examples_dir().join("example-migration-policy.yaml"));
+    assert_eq!(docs.len(), 1);
+    let p: MigrationPolicy = serde_json::from_value(docs[0].clone()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(p.spec.extra.is_empty(), "every field typed: {:?}", p.spec.extra);
+    assert_eq!(serde_json::to_value(&p).unwrap_or_default(), docs[0], "round trip");
+    assert_eq!(p.spec.bandwidth_per_migration.as_ref().map(|q| q.0.as_str()), Some("2000Mi"));
+    assert_eq!(p.spec.completion_timeout_per_gib, Some(123456789));
+    let labels = |k: &str, v: &str| [(k.to_owned(), v.to_owned())].into_iter().collect();
+    let vmi = labels("vmi-key", "vmi-value");
+    assert!(best_match([&p], &vmi, &labels("namespace-key", "namespace-value")).is_some());
+    assert!(best_match([&p], &vmi, &labels("namespace-key", "other")).is_none());
 }

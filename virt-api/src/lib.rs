@@ -34,6 +34,7 @@
 pub mod cause;
 pub mod config;
 pub mod defaults;
+pub mod evict;
 pub mod expand;
 pub mod hyperv;
 pub mod lifecycle;

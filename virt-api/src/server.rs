@@ -161,6 +161,12 @@ async fn handle(
             return respond(StatusCode::BAD_REQUEST, "text/plain", "");
         }
     };
+    if webhook.is_eviction() {
+        let answer = crate::evict::review(client.as_ref(), &body, &config).await;
+        let allowed = answer.pointer("/response/allowed").and_then(serde_json::Value::as_bool);
+        tracing::debug!(webhook = webhook.name(), ?allowed, "eviction review");
+        return respond(StatusCode::OK, "application/json", answer.to_string());
+    }
     let lookups = match (&client, webhook) {
         (Some(c), Webhook::ValidateVm) => lookup::for_vm_review(c, &body).await,
         (Some(c), Webhook::ValidateMigrationCreate) => lookup::for_migration_review(c, &body).await,

@@ -40,6 +40,9 @@ pub const VMIRS_RESOURCE: &str = "virtualmachineinstancereplicasets";
 /// The resource the migration webhooks serve.
 pub const MIGRATION_RESOURCE: &str = "virtualmachineinstancemigrations";
 
+/// The (sub)resource the eviction webhooks serve.
+pub const EVICTION_RESOURCE: &str = "pods/eviction";
+
 /// One of the VMI webhooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
@@ -59,11 +62,15 @@ pub enum Webhook {
     ValidateMigrationCreate,
     /// `migration-update-validator.kubevirt.io` (VMIM UPDATE).
     ValidateMigrationUpdate,
+    /// `virt-launcher-eviction-interceptor.kubevirt.io` (`pods/eviction`, served by [`crate::evict`]).
+    LauncherEviction,
+    /// `hotplug-pod-eviction-interceptor.kubevirt.io` (`pods/eviction` on the same path, [`crate::evict`]).
+    HotplugEviction,
 }
 
 impl Webhook {
     /// Every webhook.
-    pub const ALL: [Webhook; 8] = [
+    pub const ALL: [Webhook; 10] = [
         Webhook::Mutate,
         Webhook::ValidateCreate,
         Webhook::ValidateUpdate,
@@ -72,6 +79,8 @@ impl Webhook {
         Webhook::MutateMigration,
         Webhook::ValidateMigrationCreate,
         Webhook::ValidateMigrationUpdate,
+        Webhook::LauncherEviction,
+        Webhook::HotplugEviction,
     ];
 
     /// The HTTPS path it is served on.
@@ -85,6 +94,7 @@ impl Webhook {
             Webhook::MutateMigration => webhook::MIGRATION_MUTATE_PATH,
             Webhook::ValidateMigrationCreate => webhook::MIGRATION_VALIDATE_CREATE_PATH,
             Webhook::ValidateMigrationUpdate => webhook::MIGRATION_VALIDATE_UPDATE_PATH,
+            Webhook::LauncherEviction | Webhook::HotplugEviction => webhook::POD_EVICTION_VALIDATE_PATH,
         }
     }
 
@@ -99,6 +109,8 @@ impl Webhook {
             Webhook::MutateMigration => webhook::MIGRATION_MUTATOR,
             Webhook::ValidateMigrationCreate => webhook::MIGRATION_CREATE_VALIDATOR,
             Webhook::ValidateMigrationUpdate => webhook::MIGRATION_UPDATE_VALIDATOR,
+            Webhook::LauncherEviction => webhook::LAUNCHER_EVICTION_INTERCEPTOR,
+            Webhook::HotplugEviction => webhook::HOTPLUG_EVICTION_INTERCEPTOR,
         }
     }
 
@@ -111,6 +123,7 @@ impl Webhook {
                 MIGRATION_RESOURCE
             }
             Webhook::Mutate | Webhook::ValidateCreate | Webhook::ValidateUpdate => RESOURCE,
+            Webhook::LauncherEviction | Webhook::HotplugEviction => EVICTION_RESOURCE,
         }
     }
 
@@ -128,7 +141,13 @@ impl Webhook {
         }
     }
 
-    /// The webhook served on `path`.
+    /// Whether it is one of the eviction webhooks (answered by [`crate::evict::review`], which reads and writes
+    /// the API, rather than by [`review_with`]).
+    pub fn is_eviction(&self) -> bool {
+        matches!(self, Webhook::LauncherEviction | Webhook::HotplugEviction)
+    }
+
+    /// The webhook served on `path` (the first, for the path both eviction webhooks share).
     pub fn for_path(path: &str) -> Option<Webhook> {
         Webhook::ALL.into_iter().find(|w| w.path() == path)
     }
@@ -188,13 +207,13 @@ pub fn review_with(
     to_value(answer)
 }
 
-fn refused(mut response: AdmissionResponse, status: Status) -> AdmissionResponse {
+pub(crate) fn refused(mut response: AdmissionResponse, status: Status) -> AdmissionResponse {
     response.allowed = false;
     response.result = status;
     response
 }
 
-fn to_value(response: AdmissionResponse) -> Value {
+pub(crate) fn to_value(response: AdmissionResponse) -> Value {
     let mut review = serde_json::to_value(response.into_review()).unwrap_or(Value::Null);
     // kube writes the patch bytes as a JSON array of numbers; Go (and every webhook the API server knows) writes
     // `[]byte` as base64. The API server reads both; write what upstream writes.
@@ -261,6 +280,11 @@ fn answer(
     fresh: impl FnOnce() -> Fresh,
     lookups: &Lookups,
 ) -> Result<Answer, Box<Status>> {
+    if webhook.is_eviction() {
+        // Served by `crate::evict::review`; without the API to read, an eviction is admitted (as upstream's when
+        // it cannot read the pod).
+        return Ok(Answer::Allow);
+    }
     let gvr = &request.resource;
     let resource = webhook.resource();
     if gvr.group != GROUP || gvr.resource != resource || !VERSIONS.contains(&gvr.version.as_str()) {
@@ -372,7 +396,7 @@ mod tests {
                 .ok_or_else(|| format!("{} is not registered", w.name()))?;
             assert_eq!(hook["clientConfig"]["service"]["path"], w.path(), "{}", w.name());
             assert_eq!(hook["rules"][0]["resources"], serde_json::json!([w.resource()]), "{}", w.name());
-            assert_eq!(Webhook::for_path(w.path()), Some(w));
+            assert_eq!(Webhook::for_path(w.path()).map(|f| f.path()), Some(w.path()));
         }
         Ok(())
     }

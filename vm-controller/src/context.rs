@@ -38,6 +38,10 @@ pub struct Stores {
     pub vmis: Store<VirtualMachineInstance>,
     /// Every VirtualMachineInstanceMigration.
     pub migrations: Store<crds::kubevirt::VirtualMachineInstanceMigration>,
+    /// Every MigrationPolicy.
+    pub migration_policies: Store<crds::kubevirt::migration_policy::MigrationPolicy>,
+    /// The cluster's KubeVirt configuration objects.
+    pub kubevirts: Store<crds::kubevirt::config::KubeVirt>,
 }
 
 /// Everything a reconcile needs.
@@ -54,9 +58,17 @@ pub struct Context {
     pub metrics: ReconcileMetrics,
     /// Retry state.
     pub policy: ErrorPolicy,
-    /// Running migrations allowed in the cluster and per source node (`parallelMigrationsPerCluster`,
-    /// `parallelOutboundMigrationsPerNode`).
-    pub migration_caps: (usize, usize),
+}
+
+impl Context {
+    /// `spec.configuration.migrations` of the cluster's KubeVirt (empty: upstream's defaults apply), read from the
+    /// cache at each use: changes apply without a restart.
+    pub fn migration_configuration(&self) -> crds::kubevirt::config::MigrationConfiguration {
+        let all = self.stores.kubevirts.state();
+        crds::kubevirt::config::effective(all.iter().map(AsRef::as_ref))
+            .map(crds::kubevirt::config::KubeVirt::migrations)
+            .unwrap_or_default()
+    }
 }
 
 /// How long a reconcile waits for a cache its controller's own trigger stream fills before it steps back.

@@ -17,6 +17,9 @@ pub enum Error {
     /// The VMI changed since it was read (HTTP 409 on the update) and kept changing over every retry.
     #[error("{0} kept changing while it was being updated")]
     Conflict(String),
+    /// A cache the reconcile needs has not listed yet (retried).
+    #[error("the {0} cache has not listed yet")]
+    NotReady(&'static str),
 }
 
 impl Classify for Error {
@@ -24,7 +27,7 @@ impl Classify for Error {
     fn retry(&self) -> Retry {
         match self {
             Error::Kube { source, .. } => retry_of(source),
-            Error::Conflict(_) => Retry::Transient,
+            Error::Conflict(_) | Error::NotReady(_) => Retry::Transient,
         }
     }
 }

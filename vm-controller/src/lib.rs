@@ -32,6 +32,8 @@ use controller_runtime::metrics::ReconcileMetrics;
 use controller_runtime::policy::ErrorPolicy;
 use controller_runtime::store::{reflect, reflect_stream, wait_ready};
 use crds::cdi::datavolume::DataVolume;
+use crds::kubevirt::config::KubeVirt;
+use crds::kubevirt::migration_policy::MigrationPolicy;
 use crds::kubevirt::{
     VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration, VirtualMachineInstanceReplicaSet,
 };
@@ -68,10 +70,14 @@ pub async fn run_controllers(
         data_volumes: reflect(Api::<DataVolume>::all(client.clone()), all()),
         vmis,
         migrations: reflect(Api::<VirtualMachineInstanceMigration>::all(client.clone()), all()),
+        migration_policies: reflect(Api::<MigrationPolicy>::all(client.clone()), all()),
+        kubevirts: reflect(Api::<KubeVirt>::all(client.clone()), all()),
     };
     wait_ready(&stores.pvcs, "PVCs").await?;
     wait_ready(&stores.migrations, "VirtualMachineInstanceMigrations").await?;
     wait_ready(&stores.data_volumes, "DataVolumes").await?;
+    // The KubeVirt and MigrationPolicy caches are not waited for here (an installation without those CRDs still
+    // runs VMs); the migration controller waits for them when it needs them.
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings,
@@ -79,10 +85,6 @@ pub async fn run_controllers(
         events: Events::new(client.clone(), "virtualmachine-controller", instance),
         metrics,
         policy: ErrorPolicy::new(vmi::CONTROLLER),
-        migration_caps: (
-            crds::kubevirt::config::MigrationConfiguration::DEFAULT_PARALLEL_PER_CLUSTER as usize,
-            crds::kubevirt::config::MigrationConfiguration::DEFAULT_PARALLEL_OUTBOUND_PER_NODE as usize,
-        ),
     });
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let vmi_controller =

@@ -474,3 +474,202 @@ async fn shared_claims_migrate_and_node_local_claims_are_refused() -> Result<()>
     assert_eq!(log.matches(MARKER).count(), 0, "no boot on the target");
     Ok(())
 }
+
+/// `kubectl drain <node>` of the launcher pods of the VMI with UID `uid` (selected by `kubevirt.io/created-by`),
+/// giving up after `timeout_secs`; the node is uncordoned again whatever happened: (exit code, output).
+fn drain(env: &VmiEnv, node: &str, uid: &str, timeout_secs: u64) -> Result<(i32, String)> {
+    let selector = format!("--pod-selector=kubevirt.io/created-by={uid}");
+    let timeout = format!("--timeout={timeout_secs}s");
+    let args = ["drain", node, &selector, "--ignore-daemonsets", "--delete-emptydir-data", &timeout];
+    let out = env.cluster.kubectl(args);
+    let uncordoned = env.kubectl_global(&["uncordon", node]);
+    let out = out?;
+    uncordoned?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), text))
+}
+
+/// Upstream's vmi-migratable as `name` with `evictionStrategy: LiveMigrate`, and `extra_disk_claim` as a second
+/// disk.
+fn live_migrate_vmi(env: &VmiEnv, name: &str, extra_disk_claim: Option<&str>) -> Result<String> {
+    let mut yaml = stack_support::local_images(&upstream_example("vmi-migratable.yaml")?, &env.image)
+        .replace("name: vmi-migratable", &format!("name: {name}"))
+        .replace("spec:\n  domain:\n", "spec:\n  evictionStrategy: LiveMigrate\n  domain:\n");
+    if let Some(pvc) = extra_disk_claim {
+        yaml =
+            yaml.replace("      interfaces:\n", "      - disk: {bus: virtio}\n        name: data\n      interfaces:\n");
+        yaml = format!("{}\n  - name: data\n    persistentVolumeClaim: {{claimName: {pvc}}}\n", yaml.trim_end());
+    }
+    Ok(yaml)
+}
+
+#[tokio::test]
+#[ignore = "needs the two-node test cluster with the stack installed"]
+async fn kubectl_drain_migrates_live_migrate_vmis_away_and_unmigratable_ones_block_it() -> Result<()> {
+    let env = VmiEnv::on_installed_stack("migration-drain").await?;
+    if ready_nodes(&env).await?.len() < 2 {
+        return Err(err("drains need two Ready nodes (KV_NODES=2 tests/cluster/up)"));
+    }
+    set_bandwidth(&env, None).await?;
+    let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: rwo}\nspec:\n  storageClassName: local\n  \
+                 accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 64Mi}}\n";
+    env.kubectl_manifest("create", claim)?;
+    env.kubectl_manifest("create", &live_migrate_vmi(&env, "drain-stuck", Some("rwo"))?)?;
+    env.kubectl_manifest("create", &live_migrate_vmi(&env, "drain-vm", None)?)?;
+
+    // LiveMigrate on a VMI that cannot migrate (a node-local claim): every eviction is refused with upstream's
+    // message, the drain gives up, the VMI runs on, unmarked.
+    let stuck = env.wait_phase("drain-stuck", Phase::Running, BOOT_TIMEOUT).await?;
+    let stuck = poll_until("drain-stuck's LiveMigratable=False", Duration::from_secs(60), || async {
+        let v = env.vmis().get("drain-stuck").await.ok()?;
+        let c =
+            stack_support::vmi::condition(&v, crds::kubevirt::vmi::VirtualMachineInstanceConditionType::LiveMigratable);
+        (c == Some(crds::kubevirt::vmi::ConditionStatus::False)).then_some(v)
+    })
+    .await
+    .map_err(|e| err(format!("{e}: {:?}", stuck.status)))?;
+    let stuck_node = node_of(&stuck);
+    let (code, out) = drain(&env, &stuck_node, &stuck.uid().unwrap_or_default(), 20)?;
+    assert_ne!(code, 0, "the drain cannot finish:\n{out}");
+    assert!(
+        out.contains("VMI drain-stuck is configured with an eviction strategy but is not live-migratable"),
+        "upstream's message:\n{out}"
+    );
+    let stuck = env.vmis().get("drain-stuck").await?;
+    assert_eq!(stuck.phase(), Phase::Running);
+    assert_eq!(node_of(&stuck), stuck_node);
+    assert_eq!(stuck.evacuation_node(), None, "a refused VMI is not marked");
+
+    // LiveMigrate on a migratable VMI: the drain's eviction is refused and marks the VMI, an evacuation migration
+    // moves it to the other node, the source pod goes, the drain completes; the guest never stops.
+    let vm = env.wait_phase("drain-vm", Phase::Running, BOOT_TIMEOUT).await?;
+    let source_node = node_of(&vm);
+    let source_pod = env.launcher_pod(&vm).await?.name_any();
+    env.wait_console(&source_pod, &format!("{TICK} 2 "), BOOT_TIMEOUT).await?;
+    let uptime_before = last_uptime(&env.console(&source_pod), TICK).ok_or_else(|| err("no tick before the drain"))?;
+    let (code, out) = drain(&env, &source_node, &vm.uid().unwrap_or_default(), 240)?;
+    assert_eq!(code, 0, "the drain finished:\n{out}");
+    let ns = env.ns.name();
+    assert!(out.contains(&format!("Eviction triggered evacuation of VMI \"{ns}/drain-vm\"")), "{out}");
+    let vm = env.vmis().get("drain-vm").await?;
+    let target_node = node_of(&vm);
+    assert_ne!(target_node, source_node, "the VMI left the drained node");
+    assert_eq!(vm.phase(), Phase::Running);
+    assert_eq!(vm.evacuation_node(), None, "the mark is cleared once it moved");
+    assert_eq!(
+        stack_support::vmi::condition(&vm, crds::kubevirt::vmi::VirtualMachineInstanceConditionType::EvictionRequested),
+        None
+    );
+    let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), ns);
+    let list = vmims.list(&ListParams::default().labels("kubevirt.io/vmi-name=drain-vm")).await?.items;
+    assert_eq!(list.len(), 1, "one evacuation: {:?}", list.iter().map(|m| m.name_any()).collect::<Vec<_>>());
+    let m = &list[0];
+    assert!(m.name_any().starts_with("kubevirt-evacuation-"), "{}", m.name_any());
+    assert_eq!(m.annotations().get("kubevirt.io/evacuationMigration"), Some(&source_node));
+    assert_eq!(m.phase(), Some(&MigrationPhase::Succeeded), "{:?}", m.status);
+    let target_pod =
+        vm.status.clone().unwrap_or_default().migration_state.and_then(|s| s.target_pod).unwrap_or_default();
+    let log = poll_until("a tick on the target past the last one before", Duration::from_secs(60), || async {
+        let log = env.console(&target_pod);
+        last_uptime(&log, TICK).filter(|u| *u > uptime_before).map(|_| log)
+    })
+    .await?;
+    assert_eq!(log.matches(MARKER).count(), 0, "no boot on the target:\n{log}");
+    assert!(env.pods().get_opt(&source_pod).await?.is_none(), "the drained pod is gone");
+    eprintln!("drained {source_node}: drain-vm moved to {target_node} by {}", m.name_any());
+    Ok(())
+}
+
+/// Upstream's `example-migration-policy.yaml` applied as it is, and a second policy capping the bandwidth at
+/// 1 MiB/s, both selecting this test's namespace: a VMI labelled for the example is migrated with the example's
+/// settings frozen into its `migrationState`; relabelled for the slow policy, its next migration is held at the
+/// policy's bandwidth (still Running after 20 s, where an uncapped one takes a few) until cancelled. The policies
+/// are removed whatever happens (they are cluster-scoped).
+#[tokio::test]
+#[ignore = "needs the two-node test cluster with the stack installed"]
+async fn migration_policies_apply_by_namespace_and_vmi_labels() -> Result<()> {
+    use crds::kubevirt::migration_policy::MigrationPolicy;
+    let env = VmiEnv::on_installed_stack("migration-policy").await?;
+    if ready_nodes(&env).await?.len() < 2 {
+        return Err(err("live migration needs two Ready nodes (KV_NODES=2 tests/cluster/up)"));
+    }
+    set_bandwidth(&env, None).await?;
+    let ns = env.ns.name().to_owned();
+    let slow = format!("slow-{ns}");
+    let policies: Api<MigrationPolicy> = Api::all(env.client.clone());
+    let result = async {
+        env.kubectl_global(&[
+            "label",
+            "namespace",
+            &ns,
+            "namespace-key=namespace-value",
+            &format!("kubevirt-rs-policy={ns}"),
+        ])?;
+        env.kubectl_manifest("apply", &upstream_example("example-migration-policy.yaml")?)?;
+        let slow_yaml = format!(
+            "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\nmetadata: {{name: {slow}}}\nspec:\n  \
+             bandwidthPerMigration: 1Mi\n  selectors:\n    namespaceSelector: {{kubevirt-rs-policy: {ns}}}\n    \
+             virtualMachineInstanceSelector: {{policy: slow}}\n"
+        );
+        env.kubectl_manifest("apply", &slow_yaml)?;
+        let yaml = stack_support::local_images(&upstream_example("vmi-migratable.yaml")?, &env.image)
+            .replace("name: vmi-migratable", "name: policy-vm")
+            .replace("    special: vmi-migratable\n", "    special: vmi-migratable\n    vmi-key: vmi-value\n");
+        env.kubectl_manifest("create", &yaml)?;
+        let vmi = env.wait_phase("policy-vm", Phase::Running, BOOT_TIMEOUT).await?;
+        let pod = env.launcher_pod(&vmi).await?.name_any();
+        env.wait_console(&pod, &format!("{TICK} 2 "), BOOT_TIMEOUT).await?;
+
+        // The example's selectors match: its settings travel with the migration.
+        env.kubectl_manifest("create", &vmim_yaml("by-example", "policy-vm", "", ""))?;
+        let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), &ns);
+        let done =
+            poll_object(&vmims, "by-example", MIGRATION_TIMEOUT, |m: &VirtualMachineInstanceMigration| m.is_final())
+                .await?;
+        assert_eq!(done.phase(), Some(&MigrationPhase::Succeeded), "{:?}", done.status);
+        let vmi = env.vmis().get("policy-vm").await?;
+        let ms = vmi.status.clone().unwrap_or_default().migration_state.unwrap_or_default();
+        assert_eq!(ms.migration_policy_name.as_deref(), Some("example-migration-policy"), "{ms:?}");
+        let conf = ms.migration_configuration.clone().unwrap_or_default();
+        assert_eq!(conf.bandwidth_per_migration.map(|q| q.0).as_deref(), Some("2000Mi"));
+        assert_eq!(conf.completion_timeout_per_gib, Some(123456789));
+        assert_eq!((conf.allow_auto_converge, conf.allow_post_copy), (Some(false), Some(false)));
+
+        // Relabelled for the slow policy: the migration crawls at its 1 MiB/s until it is cancelled.
+        env.kubectl(&["label", "vmi", "policy-vm", "vmi-key-", "policy=slow"])?;
+        let node = node_of(&vmi);
+        let pod = ms.target_pod.clone().unwrap_or_default();
+        env.kubectl_manifest("create", &vmim_yaml("by-slow", "policy-vm", "", ""))?;
+        let running = poll_object(&vmims, "by-slow", MIGRATION_TIMEOUT, |m: &VirtualMachineInstanceMigration| {
+            m.phase() == Some(&MigrationPhase::Running) || m.is_final()
+        })
+        .await?;
+        assert_eq!(running.phase(), Some(&MigrationPhase::Running), "{:?}", running.status);
+        let vmi = env.vmis().get("policy-vm").await?;
+        let ms = vmi.status.clone().unwrap_or_default().migration_state.unwrap_or_default();
+        assert_eq!(ms.migration_policy_name.as_deref(), Some(slow.as_str()), "{ms:?}");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let still = vmims.get("by-slow").await?;
+        assert_eq!(still.phase(), Some(&MigrationPhase::Running), "held at 1 MiB/s: {:?}", still.status);
+        vmims.delete("by-slow", &Default::default()).await?;
+        poll_until("the cancelled VMIM to be gone", Duration::from_secs(90), || async {
+            vmims.get_opt("by-slow").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        // The guest stays where the first migration put it and goes on ticking there, with no new boot.
+        let vmi = env.vmis().get("policy-vm").await?;
+        assert_eq!((vmi.phase(), node_of(&vmi)), (Phase::Running, node));
+        let before = last_uptime(&env.console(&pod), TICK).ok_or_else(|| err("no tick after the cancel"))?;
+        poll_until("the guest to keep ticking", Duration::from_secs(30), || async {
+            last_uptime(&env.console(&pod), TICK).filter(|u| *u > before + 2.0)
+        })
+        .await?;
+        assert_eq!(env.console(&pod).matches(MARKER).count(), 0, "no boot");
+        Ok(())
+    }
+    .await;
+    for name in ["example-migration-policy", slow.as_str()] {
+        let _ = policies.delete(name, &Default::default()).await;
+    }
+    result
+}

@@ -35,6 +35,8 @@ pub mod label {
     pub const KUBEVIRT: &str = "kubevirt.io";
     /// Value of [`KUBEVIRT`] on launcher pods.
     pub const VIRT_LAUNCHER: &str = "virt-launcher";
+    /// Value of [`KUBEVIRT`] on hotplug attachment pods.
+    pub const HOTPLUG_DISK: &str = "hotplug-disk";
     /// On launcher pods: the UID of the VMI that created them (target-pod anti-affinity uses it).
     pub const CREATED_BY: &str = "kubevirt.io/created-by";
     /// On launcher pods: the VMI's name, or a hash of it when longer than 63 characters (`virtctl expose` selects it).
@@ -87,6 +89,10 @@ pub mod ann {
     pub const MIGRATION_UNSCHEDULABLE_POD_TIMEOUT: &str = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds";
     /// On migrations: seconds a target pod may stay Pending for any reason (default 900).
     pub const MIGRATION_PENDING_POD_TIMEOUT: &str = "kubevirt.io/migrationPendingPodTimeoutSeconds";
+    /// On VMIs: who asked for the eviction that marked it (`descheduler`); cleared when it migrated.
+    pub const EVICTION_SOURCE: &str = "kubevirt.io/eviction-source";
+    /// On Eviction objects: the component that sent it (the descheduler writes `sigs.k8s.io/descheduler`).
+    pub const REQUESTED_BY: &str = "requested-by";
     /// On migrations created by the evacuation controller: the node being drained.
     pub const EVACUATION_MIGRATION: &str = "kubevirt.io/evacuationMigration";
     /// On VMIs: allows live migration with a bridge binding on the pod network (any value).
@@ -243,6 +249,12 @@ pub mod webhook {
     pub const MIGRATION_VALIDATE_CREATE_PATH: &str = "/migration-validate-create";
     /// HTTPS path of [`MIGRATION_UPDATE_VALIDATOR`].
     pub const MIGRATION_VALIDATE_UPDATE_PATH: &str = "/migration-validate-update";
+    /// Validating webhook of `pods/eviction` for launcher pods (denies and marks the VMI for evacuation).
+    pub const LAUNCHER_EVICTION_INTERCEPTOR: &str = "virt-launcher-eviction-interceptor.kubevirt.io";
+    /// Validating webhook of `pods/eviction` for hotplug attachment pods (denied while their VMI exists).
+    pub const HOTPLUG_EVICTION_INTERCEPTOR: &str = "hotplug-pod-eviction-interceptor.kubevirt.io";
+    /// HTTPS path of both eviction webhooks.
+    pub const POD_EVICTION_VALIDATE_PATH: &str = "/pod-eviction-validate";
     /// Name of the MutatingWebhookConfiguration holding the mutators.
     pub const MUTATING_CONFIGURATION: &str = "virt-api-mutator";
     /// Name of the ValidatingWebhookConfiguration holding the validators.

@@ -128,6 +128,9 @@ pub struct MigrationConfiguration {
     /// Switch to post-copy on the completion timeout (not implemented: refused by nothing, acted on as false).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_post_copy: Option<bool>,
+    /// Pause the guest instead of aborting when the completion timeout passes (not implemented: acted on as false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_workload_disruption: Option<bool>,
     /// Skip libvirt's disk-cache safety check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unsafe_migration_override: Option<bool>,

@@ -162,6 +162,22 @@ pub fn instancetypes() -> Result<Vec<(&'static str, CustomResourceDefinition)>, 
     Ok(out)
 }
 
+/// File name of the MigrationPolicy CRD under `deploy/crds/`.
+pub const MIGRATION_POLICY_FILE: &str = "migrationpolicy.yaml";
+
+/// The MigrationPolicy CRD (`migrations.kubevirt.io/v1alpha1`, cluster-scoped, status subresource, unknown fields
+/// preserved).
+pub fn migrationpolicy() -> Result<CustomResourceDefinition, Error> {
+    let mut crd = super::migration_policy::MigrationPolicy::crd();
+    if let Some(root) =
+        crd.spec.versions.first_mut().and_then(|v| v.schema.as_mut()).and_then(|s| s.open_api_v3_schema.as_mut())
+    {
+        normalize_integer_formats(root);
+    }
+    check_structural(&crd)?;
+    Ok(crd)
+}
+
 /// File name of the KubeVirt CRD under `deploy/crds/`.
 pub const KUBEVIRT_FILE: &str = "kubevirt.yaml";
 
@@ -184,6 +200,7 @@ pub fn all() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {
         (VM_FILE, virtualmachine()?),
         (VMIRS_FILE, virtualmachineinstancereplicaset()?),
         (VMIM_FILE, virtualmachineinstancemigration()?),
+        (MIGRATION_POLICY_FILE, migrationpolicy()?),
         (KUBEVIRT_FILE, kubevirt()?),
     ]
     .into_iter()

@@ -14,6 +14,7 @@ pub mod crd;
 pub mod domain;
 pub mod instancetype;
 pub mod migration;
+pub mod migration_policy;
 pub mod network;
 pub mod replicaset;
 pub mod vm;

@@ -686,6 +686,10 @@ pub struct VirtualMachineInstanceMigrationState {
     /// The MigrationPolicy applied, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub migration_policy_name: Option<String>,
+    /// The configuration the migration runs with (the cluster's with the policy's laid over it), frozen at the
+    /// hand-off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration_configuration: Option<super::config::MigrationConfiguration>,
     /// Dedicated CPUs on the target node.
     #[serde(rename = "targetCPUSet", skip_serializing_if = "Option::is_none")]
     pub target_cpu_set: Option<Vec<i64>>,
@@ -1001,6 +1005,35 @@ impl VirtualMachineInstance {
     /// Whether the VMI reached `Succeeded` or `Failed`.
     pub fn is_final(&self) -> bool {
         self.phase().is_final()
+    }
+
+    /// Whether its `LiveMigratable` condition is True (upstream's `IsMigratable`).
+    pub fn is_migratable(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.condition(&VirtualMachineInstanceConditionType::LiveMigratable))
+            .is_some_and(|c| c.status == ConditionStatus::True)
+    }
+
+    /// The node a drain wants the VMI off (`status.evacuationNodeName`, set by the eviction webhook), if any
+    /// (upstream's `IsMarkedForEviction`).
+    pub fn evacuation_node(&self) -> Option<&str> {
+        self.status.as_ref()?.evacuation_node_name.as_deref().filter(|n| !n.is_empty())
+    }
+
+    /// Its eviction strategy: its own, else the cluster's `cluster` (upstream's `VMIEvictionStrategy`).
+    pub fn eviction_strategy<'a>(&'a self, cluster: Option<&'a EvictionStrategy>) -> Option<&'a EvictionStrategy> {
+        self.spec.eviction_strategy.as_ref().or(cluster)
+    }
+
+    /// Whether an eviction of its pod should move it by live migration (upstream's `VMIMigratableOnEviction`):
+    /// `LiveMigrate`, or `LiveMigrateIfPossible` while it is migratable.
+    pub fn migrates_on_eviction(&self, cluster: Option<&EvictionStrategy>) -> bool {
+        match self.eviction_strategy(cluster) {
+            Some(EvictionStrategy::LiveMigrate) => true,
+            Some(EvictionStrategy::LiveMigrateIfPossible) => self.is_migratable(),
+            _ => false,
+        }
     }
 }
 

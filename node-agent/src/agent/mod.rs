@@ -351,7 +351,8 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
     if let (Some(p), Some(d), DomainView::Present { .. }) = (&pod, &dir, &observed.domain)
         && vmi.status.as_ref().is_some_and(|s| s.migration_state.is_some())
     {
-        let options = migration_options(&ctx.stores.kubevirts);
+        let frozen = vmi.status.as_ref().and_then(|s| s.migration_state.as_ref()?.migration_configuration.clone());
+        let options = migration_options(frozen, &ctx.stores.kubevirts);
         crate::migration::source::drive(&ctx.client, &ctx.migrations, vmi, &p.name_any(), d, options)
             .await
             .map_err(|e| Error::Migration(e.to_string()))?;
@@ -394,11 +395,18 @@ fn migration_role(
     }
 }
 
-/// The source's migration options from the cluster's `KubeVirt` (`spec.configuration.migrations`).
-fn migration_options(kubevirts: &Store<KubeVirt>) -> crate::migration::source::Options {
+/// The source's migration options: the configuration the VM controller froze into `migrationState` at the
+/// hand-off (the cluster's with the VMI's MigrationPolicy laid over it), else the cluster's `KubeVirt`
+/// (`spec.configuration.migrations`; a VMI handed off by an older controller).
+fn migration_options(
+    frozen: Option<crds::kubevirt::config::MigrationConfiguration>,
+    kubevirts: &Store<KubeVirt>,
+) -> crate::migration::source::Options {
     use crds::kubevirt::config::MigrationConfiguration as M;
-    let all = kubevirts.state();
-    let m = effective(all.iter().map(Arc::as_ref)).map(KubeVirt::migrations).unwrap_or_default();
+    let m = frozen.unwrap_or_else(|| {
+        let all = kubevirts.state();
+        effective(all.iter().map(Arc::as_ref)).map(KubeVirt::migrations).unwrap_or_default()
+    });
     let secs = |v: Option<i64>, d: i64| std::time::Duration::from_secs(v.unwrap_or(d).max(1).unsigned_abs());
     crate::migration::source::Options {
         bandwidth_mib_per_s: m

@@ -27,7 +27,10 @@ use kube::runtime::controller::Action as Requeue;
 use crate::context::{Context, reconcile_retrying};
 use crate::error::{Result, kube};
 use crate::vmi::plan::VolumeClaim;
-use plan::{Action, Observed};
+use crds::kubevirt::config::MigrationConfiguration;
+use crds::kubevirt::migration_policy::best_match;
+use k8s_openapi::api::core::v1::Namespace;
+use plan::{Action, Frozen, Observed};
 
 /// Name of this reconciler in metrics and logs.
 pub const CONTROLLER: &str = "migration";
@@ -90,6 +93,26 @@ async fn target_pods(ctx: &Context, vmim: &VirtualMachineInstanceMigration) -> R
     Ok(list.items)
 }
 
+/// The configuration a migration of `vmi` runs with: `cluster` with the best-matching MigrationPolicy (by the VMI's
+/// and its namespace's labels) laid over it.
+async fn frozen(ctx: &Context, vmi: &VirtualMachineInstance, cluster: MigrationConfiguration) -> Result<Frozen> {
+    if !crate::context::cache_ready(&ctx.stores.migration_policies, "MigrationPolicy").await {
+        return Err(crate::error::Error::NotReady("MigrationPolicy"));
+    }
+    let policies = ctx.stores.migration_policies.state();
+    if policies.is_empty() {
+        return Ok(Frozen { policy: None, configuration: cluster });
+    }
+    let ns = vmi.namespace().unwrap_or_default();
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let namespace = namespaces.get(&ns).await.map_err(kube(format!("reading namespace {ns}")))?;
+    let chosen = best_match(policies.iter().map(|p| p.as_ref()), vmi.labels(), namespace.labels());
+    Ok(match chosen {
+        Some(p) => Frozen { policy: Some(p.name_any()), configuration: p.spec.apply_to(&cluster) },
+        None => Frozen { policy: None, configuration: cluster },
+    })
+}
+
 async fn reconcile_once(vmim: &VirtualMachineInstanceMigration, ctx: &Context) -> Result<Requeue> {
     let ns = vmim.namespace().unwrap_or_default();
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &ns);
@@ -140,6 +163,21 @@ async fn reconcile_once(vmim: &VirtualMachineInstanceMigration, ctx: &Context) -
             })
             .collect::<Option<BTreeMap<_, _>>>()
     });
+    // Caps and tunables are the cluster's once its KubeVirt is listed (upstream's defaults until then).
+    let _ = crate::context::cache_ready(&ctx.stores.kubevirts, "KubeVirt").await;
+    let settings = ctx.migration_configuration();
+    let caps = (
+        settings.parallel_migrations_per_cluster.unwrap_or(MigrationConfiguration::DEFAULT_PARALLEL_PER_CLUSTER)
+            as usize,
+        settings
+            .parallel_outbound_migrations_per_node
+            .unwrap_or(MigrationConfiguration::DEFAULT_PARALLEL_OUTBOUND_PER_NODE) as usize,
+    );
+    // The policy is resolved for the hand-off only (it reads the namespace).
+    let configuration = match (vmim.phase(), &vmi) {
+        (Some(MigrationPhase::Scheduled), Some(v)) => frozen(ctx, v, settings).await?,
+        _ => Frozen { policy: None, configuration: settings },
+    };
     let observed = Observed {
         vmim,
         vmi: vmi.as_ref(),
@@ -147,7 +185,8 @@ async fn reconcile_once(vmim: &VirtualMachineInstanceMigration, ctx: &Context) -
         source_pod,
         older_in_flight,
         running: (cluster, node),
-        caps: ctx.migration_caps,
+        caps,
+        configuration: &configuration,
         claims,
         settings: &ctx.settings,
         now: Time(Timestamp::now()),
@@ -155,6 +194,13 @@ async fn reconcile_once(vmim: &VirtualMachineInstanceMigration, ctx: &Context) -
     let plan = plan::plan(&observed);
     for action in plan.actions {
         apply(ctx, vmim, action).await?;
+    }
+    if vmim.is_final() {
+        let mine = of_vmi(ctx, &ns, &vmim.spec.vmi_name);
+        let api: Api<VirtualMachineInstanceMigration> = Api::namespaced(ctx.client.clone(), &ns);
+        for name in plan::garbage(&mine.iter().map(AsRef::as_ref).collect::<Vec<_>>()) {
+            delete_if_present(&api, &name).await.map_err(kube(format!("garbage-collecting migration {ns}/{name}")))?;
+        }
     }
     Ok(plan.requeue.map_or_else(Requeue::await_change, Requeue::requeue))
 }

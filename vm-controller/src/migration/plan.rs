@@ -27,6 +27,8 @@ use k8s_openapi::api::core::v1::{Affinity, Pod, PodAffinityTerm, PodAntiAffinity
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::ResourceExt;
 
+use crds::kubevirt::config::MigrationConfiguration;
+
 use crate::vmi::pod::{self, Claim, PodSettings};
 use crate::vmi::status::{self, PodState};
 
@@ -56,12 +58,24 @@ pub struct Observed<'a> {
     pub running: (usize, usize),
     /// The caps on those two (`parallelMigrationsPerCluster`, `parallelOutboundMigrationsPerNode`).
     pub caps: (usize, usize),
+    /// What the migration runs with once handed off: the cluster's configuration with the matching MigrationPolicy
+    /// laid over it.
+    pub configuration: &'a Frozen,
     /// The VMI's claims, when all are bound (volume name → claim); `None`: some claim is missing.
     pub claims: Option<BTreeMap<String, Claim>>,
     /// Pod rendering settings.
     pub settings: &'a PodSettings,
     /// The current time.
     pub now: Time,
+}
+
+/// The migration configuration frozen into `migrationState` at the hand-off (upstream resolves the policy there).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Frozen {
+    /// The MigrationPolicy that matched the VMI, if any.
+    pub policy: Option<String>,
+    /// The configuration in effect.
+    pub configuration: MigrationConfiguration,
 }
 
 /// One step of a plan.
@@ -347,7 +361,8 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         },
         Some(Phase::Scheduled) => match target {
             Some(p) if state.is_none() => {
-                plan.actions.push(Action::UpdateVmi(Box::new(hand_off(vmim, vmi, p, o.source_pod.clone()))));
+                let next = hand_off(vmim, vmi, p, o.source_pod.clone(), o.configuration);
+                plan.actions.push(Action::UpdateVmi(Box::new(next)));
                 plan.actions.push(Action::Event {
                     severity: Severity::Normal,
                     reason: event::HANDOFF,
@@ -465,6 +480,7 @@ pub fn hand_off(
     vmi: &VirtualMachineInstance,
     target: &Pod,
     source_pod: Option<String>,
+    frozen: &Frozen,
 ) -> VirtualMachineInstance {
     let mut next = vmi.clone();
     let target_node = target.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
@@ -477,6 +493,8 @@ pub fn hand_off(
         target_pod: Some(target.name_any()),
         source_node,
         source_pod,
+        migration_policy_name: frozen.policy.clone(),
+        migration_configuration: Some(frozen.configuration.clone()),
         ..Default::default()
     });
     status
@@ -492,6 +510,19 @@ pub fn hand_off(
     status.migration_method =
         Some(if local { MigrationMethod::BlockMigration } else { MigrationMethod::LiveMigration });
     next
+}
+
+/// Finalized migrations kept per VMI (upstream's `defaultFinalizedMigrationGarbageCollectionBuffer`).
+pub const KEEP_FINALIZED: usize = 5;
+
+/// The finalized migrations of one VMI to delete: all but the [`KEEP_FINALIZED`] newest (by creation time, then
+/// name) of those final and not already being deleted (upstream's `garbageCollectFinalizedMigrations`).
+pub fn garbage(migrations: &[&VirtualMachineInstanceMigration]) -> Vec<String> {
+    let mut done: Vec<&VirtualMachineInstanceMigration> =
+        migrations.iter().copied().filter(|m| m.is_final() && m.metadata.deletion_timestamp.is_none()).collect();
+    done.sort_by(|a, b| a.creation_timestamp().cmp(&b.creation_timestamp()).then(a.name_any().cmp(&b.name_any())));
+    let excess = done.len().saturating_sub(KEEP_FINALIZED);
+    done.into_iter().take(excess).map(ResourceExt::name_any).collect()
 }
 
 #[cfg(test)]
@@ -557,6 +588,16 @@ mod tests {
         PodSettings { launcher_image: "launcher:1".into(), pull_policy: "IfNotPresent".into() }
     }
 
+    fn frozen() -> Frozen {
+        Frozen {
+            policy: Some("slow".into()),
+            configuration: MigrationConfiguration {
+                bandwidth_per_migration: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Mi".into())),
+                ..Default::default()
+            },
+        }
+    }
+
     fn run(m: &VirtualMachineInstanceMigration, v: Option<&VirtualMachineInstance>, pods: &[Pod], now: i64) -> Plan {
         let s = settings();
         plan(&Observed {
@@ -567,6 +608,7 @@ mod tests {
             older_in_flight: false,
             running: (0, 0),
             caps: (5, 2),
+            configuration: &frozen(),
             claims: Some(BTreeMap::new()),
             settings: &s,
             now: t(now),
@@ -632,6 +674,7 @@ mod tests {
             older_in_flight: false,
             running: (1, 2),
             caps: (5, 2),
+            configuration: &frozen(),
             claims: Some(BTreeMap::new()),
             settings: &s,
             now: t(1),
@@ -646,12 +689,31 @@ mod tests {
             older_in_flight: true,
             running: (0, 0),
             caps: (5, 2),
+            configuration: &frozen(),
             claims: Some(BTreeMap::new()),
             settings: &s,
             now: t(1),
         });
         assert_eq!(new_phase(&second).as_deref(), Some("Failed"));
         assert_eq!(new_phase(&run(&vmim(Some("Pending"), false), None, &[], 1)).as_deref(), Some("Failed"));
+    }
+
+    #[test]
+    fn only_the_five_newest_finalized_migrations_are_kept() {
+        let at = |name: &str, secs: i64, phase: &str, deleting: bool| {
+            let mut m = vmim(Some(phase), deleting);
+            m.metadata.name = Some(name.into());
+            m.metadata.creation_timestamp = Some(t(secs));
+            m
+        };
+        let mut all: Vec<VirtualMachineInstanceMigration> =
+            (0..7).map(|i| at(&format!("m{i}"), 100 - i, "Succeeded", false)).collect();
+        all.push(at("running", 1, "Running", false));
+        all.push(at("going", 0, "Failed", true));
+        let refs: Vec<&VirtualMachineInstanceMigration> = all.iter().collect();
+        // m6 and m5 are the oldest finalized ones; the running and the already-deleted ones do not count.
+        assert_eq!(garbage(&refs), ["m6", "m5"]);
+        assert!(garbage(&refs[..5]).is_empty());
     }
 
     #[test]
@@ -680,6 +742,9 @@ mod tests {
         );
         assert_eq!(st.active_pods.unwrap_or_default().len(), 2);
         assert_eq!(st.migration_method, Some(MigrationMethod::BlockMigration));
+        // The policy and the configuration are frozen into the hand-off.
+        assert_eq!(ms.migration_policy_name.as_deref(), Some("slow"));
+        assert_eq!(ms.migration_configuration, Some(frozen().configuration));
     }
 
     #[test]

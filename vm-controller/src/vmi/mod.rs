@@ -12,6 +12,7 @@
 //!
 //! The pod is rendered by [`pod`]; what a pod's status means by [`status`]; the decisions are in [`plan`].
 
+pub mod evacuation;
 pub mod plan;
 pub mod pod;
 pub mod status;
@@ -190,6 +191,9 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         claims: claims(ctx, vmi),
         has_data_volumes: vmi.spec.volumes.iter().flatten().any(|v| v.data_volume.is_some()),
         lost_nodes,
+        migration_in_flight: crate::migration::of_vmi(ctx, &vmi.namespace().unwrap_or_default(), &vmi.name_any())
+            .iter()
+            .any(|m| !m.is_final()),
         settings: &ctx.settings,
         now: Time(Timestamp::now()),
     };
@@ -240,6 +244,32 @@ async fn apply(ctx: &Context, vmi: &VirtualMachineInstance, action: Action) -> R
             delete_with_if_present(&api, &pod, &DeleteParams::default().grace_period(0))
                 .await
                 .map_err(kube(format!("force-deleting pod {ns}/{pod}")))?;
+        }
+        Action::CreateMigration(m) => {
+            // The cache may lag a migration created a moment ago: the API server has the last word.
+            let api: Api<crds::kubevirt::VirtualMachineInstanceMigration> = Api::namespaced(ctx.client.clone(), &ns);
+            let selector = format!("{}={name}", contracts::kubevirt::consts::label::VMI_NAME);
+            let listed = api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(kube(format!("listing the migrations of VMI {ns}/{name}")))?;
+            if listed.items.iter().any(|m| !m.is_final()) {
+                return Ok(());
+            }
+            let severity = controller_runtime::events::Severity::Normal;
+            match api.create(&PostParams::default(), &m).await {
+                Ok(created) => {
+                    let message = format!("Created Migration {}", created.name_any());
+                    tracing::info!(vmi = %format!("{ns}/{name}"), migration = %created.name_any(), "evacuating");
+                    ctx.events.publish(vmi, severity, evacuation::EVENT_CREATED, &message).await;
+                }
+                Err(e) => {
+                    let message = format!("Error creating a Migration: {e}");
+                    let warning = controller_runtime::events::Severity::Warning;
+                    ctx.events.publish(vmi, warning, evacuation::EVENT_FAILED, &message).await;
+                    return Err(kube(format!("creating the evacuation migration of VMI {ns}/{name}"))(e));
+                }
+            }
         }
         Action::UpdateVmi(next) => {
             let mut next = *next;

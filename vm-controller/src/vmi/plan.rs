@@ -29,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use super::evacuation;
 use super::pod::{self, Claim, PodSettings};
 use super::status::{self, PodState, not_ready};
 
@@ -46,6 +47,9 @@ pub const EVENT_DELETED: &str = "SuccessfulDelete";
 pub const NODE_RECHECK: Duration = Duration::from_secs(5);
 /// `Provisioning` reason while a temporary pod binds WaitForFirstConsumer claims.
 pub const REASON_WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+/// How often a VMI marked for evacuation and still on the drained node is looked at again (upstream's evacuation
+/// controller requeues a node after 5 s).
+pub const EVACUATION_RECHECK: Duration = Duration::from_secs(5);
 /// Event reason of a failed sync (upstream's `SyncFailed`).
 pub const EVENT_SYNC_FAILED: &str = "SyncFailed";
 
@@ -90,6 +94,8 @@ pub struct Observed<'a> {
     /// The nodes of its pods that are lost: gone from the API, or not Ready (the kubelet stopped reporting). Read
     /// only for a deleted or final VMI with pods left.
     pub lost_nodes: BTreeSet<String>,
+    /// Whether a migration of the VMI that is not final exists (the evacuation step waits for it).
+    pub migration_in_flight: bool,
     /// Pod rendering settings.
     pub settings: &'a PodSettings,
     /// The current time.
@@ -105,6 +111,8 @@ pub enum Action {
     DeletePod(String),
     /// Delete the pod of this name with grace period 0: its node is lost and will never confirm the deletion.
     ForceDeletePod(String),
+    /// Create this evacuation migration ([`super::evacuation`]; events name it once created).
+    CreateMigration(Box<crds::kubevirt::VirtualMachineInstanceMigration>),
     /// Replace the VMI with this one (metadata and status changed; resourceVersion of the observed one).
     UpdateVmi(Box<VirtualMachineInstance>),
     /// Record an event on the VMI.
@@ -483,11 +491,22 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                             .unwrap_or_else(|| "virt-launcher pod exited while the VMI was not final".into());
                         fail(&mut status, &m, now, &mut actions);
                     }
-                    _ => {}
+                    _ => {
+                        let active =
+                            launchers.iter().filter(|p| !matches!(status::observe(p), PodState::Down { .. })).count();
+                        if let Some(m) = evacuation::migration(vmi, o.migration_in_flight, active) {
+                            actions.push(Action::CreateMigration(Box::new(m)));
+                        }
+                    }
                 }
             }
             Phase::Succeeded | Phase::Failed => {}
         }
+    }
+    evacuation::condition(vmi, &mut status, now);
+    // Migrations are not watched here: a marked VMI still on its node is looked at again until it has moved.
+    if requeue.is_none() && vmi.evacuation_node().is_some() && vmi.evacuation_node() == status.node_name.as_deref() {
+        requeue = Some(EVACUATION_RECHECK);
     }
 
     let phase_now = status.phase.clone().unwrap_or(Phase::Unset);
@@ -572,6 +591,7 @@ mod tests {
             claims,
             has_data_volumes,
             lost_nodes,
+            migration_in_flight: false,
             settings: &s,
             now: t(now),
         })
@@ -595,6 +615,7 @@ mod tests {
                 Action::DeletePod(_) => "delete",
                 Action::ForceDeletePod(_) => "force-delete",
                 Action::UpdateVmi(_) => "update",
+                Action::CreateMigration(_) => "migrate",
                 Action::Event { .. } => "event",
             })
             .collect()
@@ -650,6 +671,59 @@ mod tests {
         // Nothing changes on a second pass over the result.
         let again = updated(&p);
         assert!(run(&again, &[running_pod(true, true)], BTreeMap::new(), 200).actions.is_empty());
+    }
+
+    #[test]
+    fn a_vmi_marked_by_a_drain_gets_an_evacuation_migration_once() {
+        let mut v = vmi(Some("Running"));
+        v.spec.eviction_strategy = Some(crds::kubevirt::vmi::EvictionStrategy::LiveMigrate);
+        let status = v.status.get_or_insert_default();
+        status.node_name = Some("node1".into());
+        status.evacuation_node_name = Some("node1".into());
+        status.set_condition(
+            VirtualMachineInstanceCondition::new(Type::LiveMigratable, ConditionStatus::True, "", ""),
+            &t(1),
+        );
+        let s = settings();
+        let pods = [running_pod(true, true)];
+        let observe = |v: &VirtualMachineInstance, in_flight: bool| {
+            plan(&Observed {
+                vmi: v,
+                pods: pods.iter().collect(),
+                claims: BTreeMap::new(),
+                has_data_volumes: false,
+                lost_nodes: BTreeSet::new(),
+                migration_in_flight: in_flight,
+                settings: &s,
+                now: t(100),
+            })
+        };
+        let p = observe(&v, false);
+        let created: Vec<_> = p
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreateMigration(m) => Some(m.spec.vmi_name.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(created, vec!["vmi".to_owned()]);
+        assert_eq!(p.requeue, Some(EVACUATION_RECHECK));
+        let u = updated(&p);
+        assert_eq!(cond(&u, Type::EvictionRequested), Some((ConditionStatus::True, Some("EvictionRequested".into()))));
+        // With the migration in flight: no second one, looked at again.
+        let p = observe(&u, true);
+        assert!(!p.actions.iter().any(|a| matches!(a, Action::CreateMigration(_))));
+        assert_eq!(p.requeue, Some(EVACUATION_RECHECK));
+        // Moved and unmarked (the target node agent's hand-over): the condition goes.
+        let mut moved = u.clone();
+        let st = moved.status.get_or_insert_default();
+        st.evacuation_node_name = None;
+        st.node_name = Some("node1".into());
+        let p = observe(&moved, false);
+        assert!(!p.actions.iter().any(|a| matches!(a, Action::CreateMigration(_))));
+        assert_eq!(cond(&updated(&p), Type::EvictionRequested), None);
+        assert_eq!(p.requeue, None);
     }
 
     #[test]
