@@ -220,7 +220,8 @@ async fn a_container_disk_vmi_migrates_to_the_other_node_and_keeps_running() -> 
         env.pods().get_opt(&source_pod).await.ok()?.is_none().then_some(())
     })
     .await?;
-    Ok(())
+    // Passed: its guests go (a failing test leaves them for inspection).
+    env.ns.clone().delete().await
 }
 
 /// A namespace on the two-node cluster (fails without two Ready nodes) with the migration bandwidth capped at
@@ -257,10 +258,11 @@ async fn slow_migration(
     }
 }
 
-/// Lifts [`slow_migration`]'s cap, then returns `result`.
+/// Lifts [`slow_migration`]'s cap, then returns `result`; a passed test's namespace (and its guests) goes.
 async fn lift_cap(env: &VmiEnv, result: Result<()>) -> Result<()> {
     set_bandwidth(env, None).await?;
-    result
+    result?;
+    env.ns.clone().delete().await
 }
 
 #[tokio::test]
@@ -343,7 +345,8 @@ async fn an_unschedulable_target_fails_the_migration_after_its_timeout() -> Resu
         "jsonpath={.items[*].message}",
     ])?;
     assert!(events.contains("unschedulable for more than 15 seconds"), "{events}");
-    still_on_source(&env, "vmi-unsched", &node, &pod).await
+    still_on_source(&env, "vmi-unsched", &node, &pod).await?;
+    env.ns.clone().delete().await
 }
 
 #[tokio::test]
@@ -396,7 +399,8 @@ async fn virtctl_migrate_moves_a_vm_there_and_back_with_upstreams_and_ours() -> 
     let (code, out) = virtctl(&env, &upstream, &["migrate", "no-such-vm"])?;
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("\"no-such-vm\" not found"), "{out}");
-    Ok(())
+    // Passed: its guests go (a failing test leaves them for inspection).
+    env.ns.clone().delete().await
 }
 
 #[tokio::test]
@@ -472,7 +476,8 @@ async fn shared_claims_migrate_and_node_local_claims_are_refused() -> Result<()>
     assert!(xml.contains("vmi-disks/data/disk.img"), "the shared claim is the target's disk:\n{xml}");
     let log = env.wait_console(&target, TICK, Duration::from_secs(60)).await?;
     assert_eq!(log.matches(MARKER).count(), 0, "no boot on the target");
-    Ok(())
+    // Passed: its guests go (a failing test leaves them for inspection).
+    env.ns.clone().delete().await
 }
 
 /// `kubectl drain <node>` of the launcher pods of the VMI with UID `uid` (selected by `kubevirt.io/created-by`),
@@ -577,7 +582,8 @@ async fn kubectl_drain_migrates_live_migrate_vmis_away_and_unmigratable_ones_blo
     assert_eq!(log.matches(MARKER).count(), 0, "no boot on the target:\n{log}");
     assert!(env.pods().get_opt(&source_pod).await?.is_none(), "the drained pod is gone");
     eprintln!("drained {source_node}: drain-vm moved to {target_node} by {}", m.name_any());
-    Ok(())
+    // Passed: its guests go (a failing test leaves them for inspection).
+    env.ns.clone().delete().await
 }
 
 /// Upstream's `example-migration-policy.yaml` applied as it is, and a second policy capping the bandwidth at
@@ -597,7 +603,7 @@ async fn migration_policies_apply_by_namespace_and_vmi_labels() -> Result<()> {
     let ns = env.ns.name().to_owned();
     let slow = format!("slow-{ns}");
     let policies: Api<MigrationPolicy> = Api::all(env.client.clone());
-    let result = async {
+    let result: Result<()> = async {
         env.kubectl_global(&[
             "label",
             "namespace",
@@ -671,5 +677,6 @@ async fn migration_policies_apply_by_namespace_and_vmi_labels() -> Result<()> {
     for name in ["example-migration-policy", slow.as_str()] {
         let _ = policies.delete(name, &Default::default()).await;
     }
-    result
+    result?;
+    env.ns.clone().delete().await
 }

@@ -168,7 +168,11 @@ pub const MIGRATION_POLICY_FILE: &str = "migrationpolicy.yaml";
 /// The MigrationPolicy CRD (`migrations.kubevirt.io/v1alpha1`, cluster-scoped, status subresource, unknown fields
 /// preserved).
 pub fn migrationpolicy() -> Result<CustomResourceDefinition, Error> {
-    let mut crd = super::migration_policy::MigrationPolicy::crd();
+    single_version(super::migration_policy::MigrationPolicy::crd())
+}
+
+/// A derived one-version CRD with its integer formats normalized, checked structural.
+fn single_version(mut crd: CustomResourceDefinition) -> Result<CustomResourceDefinition, Error> {
     if let Some(root) =
         crd.spec.versions.first_mut().and_then(|v| v.schema.as_mut()).and_then(|s| s.open_api_v3_schema.as_mut())
     {
@@ -183,14 +187,7 @@ pub const KUBEVIRT_FILE: &str = "kubevirt.yaml";
 
 /// The KubeVirt CRD: `v1`, with a status subresource (as upstream's), unknown fields preserved.
 pub fn kubevirt() -> Result<CustomResourceDefinition, Error> {
-    let mut crd = super::config::KubeVirt::crd();
-    if let Some(root) =
-        crd.spec.versions.first_mut().and_then(|v| v.schema.as_mut()).and_then(|s| s.open_api_v3_schema.as_mut())
-    {
-        normalize_integer_formats(root);
-    }
-    check_structural(&crd)?;
-    Ok(crd)
+    single_version(super::config::KubeVirt::crd())
 }
 
 /// Every `kubevirt.io` CRD, in apply order, with the file name `crdgen` writes it to.

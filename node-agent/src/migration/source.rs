@@ -68,8 +68,11 @@ pub async fn drive(
             if let Some(cancel) = cancel {
                 tracing::info!(vmi = %name, "cancelling the migration (its VMIM was deleted)");
                 let _ = cancel.send(ABORTED.to_owned());
+                // The job may already have ended and written its result (`Succeeded`): never overwrite it.
                 update_state(&api, &name, &migration_uid, |s, _| {
-                    s.abort_status = Some(MigrationAbortStatus::Aborting.as_str().to_owned());
+                    if s.failed != Some(true) && s.completed != Some(true) {
+                        s.abort_status = Some(MigrationAbortStatus::Aborting.as_str().to_owned());
+                    }
                 })
                 .await?;
             }
