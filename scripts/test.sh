@@ -97,4 +97,7 @@ fi
   KV_NODES=2 tests/cluster/up
   cargo test -p kube-test-support --test two_nodes -- --ignored --test-threads=1 || cluster_failed
   cargo test -p vm-controller --test migration -- --ignored --test-threads=1 || vmi_failed
+  # CPU, memory and volume hotplug (issue 15): a VM's new sockets and memory reach the guest through a
+  # workload-update migration; volumes attach and detach through attachment pods.
+  cargo test -p vm-controller --test hotplug -- --ignored --test-threads=1 || vmi_failed
 )

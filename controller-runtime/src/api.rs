@@ -108,3 +108,53 @@ where
     }
     Retried::Exhausted
 }
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed members with their new value, removed
+/// members as `null`, nested objects diffed member by member, everything else (arrays, scalars) replaced whole.
+/// `None` when they are equal. A `null` inside `new` cannot be expressed (it means "remove" in a merge patch);
+/// serialised API objects skip absent fields, so none occur.
+pub fn merge_diff(old: &serde_json::Value, new: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::{Map, Value};
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = Map::new();
+            for (k, v) in n {
+                match o.get(k) {
+                    Some(ov) => {
+                        if let Some(d) = merge_diff(ov, v) {
+                            patch.insert(k.clone(), d);
+                        }
+                    }
+                    None => {
+                        patch.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            (!patch.is_empty()).then_some(Value::Object(patch))
+        }
+        _ if old == new => None,
+        _ => Some(new.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::merge_diff;
+
+    #[test]
+    fn merge_diff_sets_changed_members_and_nulls_removed_ones() {
+        let old = json!({"a": 1, "b": {"c": 2, "d": [1]}, "gone": "x"});
+        let new = json!({"a": 1, "b": {"c": 3, "d": [1, 2], "e": {}}, "new": true});
+        assert_eq!(
+            merge_diff(&old, &new),
+            Some(json!({"b": {"c": 3, "d": [1, 2], "e": {}}, "gone": null, "new": true}))
+        );
+        assert_eq!(merge_diff(&old, &old), None);
+        assert_eq!(merge_diff(&json!(1), &json!({"a": 1})), Some(json!({"a": 1})));
+    }
+}

@@ -21,3 +21,4 @@
 pub mod cdi;
 pub mod crd;
 pub mod kubevirt;
+pub mod quantity;

@@ -17,7 +17,8 @@
 //! |---|---|
 //! | `<namespace>/<name>`, `metadata.uid` | `<name>` = `launcher::domain_name`; `<metadata><kubevirt xmlns='http://kubevirt.io'>` with the uid and `<graceperiod>` (`terminationGracePeriodSeconds`, default 30) |
 //! | `firmware.uuid`, else the VMI UID | `<uuid>` and SMBIOS `<sysinfo>` (manufacturer/family `KubeVirt`, product `None`, `firmware.serial`, `chassis`), `<os><smbios mode='sysinfo'/>` |
-//! | `memory.guest`, else `resources.requests.memory`, else limits | `<memory unit='b'>` |
+//! | `memory.guest`, else `resources.requests.memory`, else limits (`status.memory.guestAtBoot` when set) | `<memory unit='b'>` |
+//! | `memory.maxGuest` above the boot size (memory hotplug) | `<maxMemory slots='1'>`, one NUMA cell with every vCPU and the boot memory, `<memory model='virtio-mem'>` of `maxGuest − boot` bytes in 2 MiB blocks, `requested` = `guest − boot` |
 //! | `cpu.sockets`×`cores`×`threads` (each default 1; without any, sockets from the CPU limit/request) | `<vcpu placement='static'>` + `<topology … dies='1'>`; `maxSockets` > sockets ⇒ `current=` and `<vcpus>` (the first socket not hotpluggable) |
 //! | `cpu.model` `host-model` (default) / `host-passthrough` / a name, `cpu.features` | `<cpu mode='host-model'>` / `host-passthrough` (under emulation `mode='maximum'`: libvirt 9.0 refuses host-passthrough for TCG; host-model *is* supported for TCG, domcapabilities says so and the guest boots) / `mode='custom'` + `<model>`; `<feature policy name>` |
 //! | `machine.type` (default `q35`) | `<os><type arch='x86_64' machine=…>hvm</type>`; `bootloader.bios.useSerial` ⇒ `<bios useserial='yes'/>` |
@@ -36,11 +37,15 @@
 //! | `autoattachMemBalloon` (default on), `rng: {}`, `inputs[]`, `watchdog.i6300esb` | virtio memballoon with 10 s stats (else `model='none'`), virtio RNG from `/dev/urandom`, `<input>`, `<watchdog>` |
 //! | [`ConvertContext::acceleration`] | `<domain type='kvm'>`, or `type='qemu'` (TCG) under software emulation |
 //!
+//! Hotpluggable PVC / DataVolume volumes are in the domain only once the node agent has put them into the launcher
+//! pod ([`ConvertContext::hotplugged`], `launcher::hotplug_disk` / `hotplug_device`, bus scsi by default);
+//! [`hotplug_disk_xml`] gives one such disk for libvirt's live attach and detach.
+//!
 //! Refused ([`Unsupported`]): architectures other than amd64; EFI (the launcher image ships no OVMF), kernel boot,
-//! ACPI tables; dedicated CPUs, NUMA passthrough, realtime; hugepages and memory hotplug (`maxGuest` > guest);
+//! ACPI tables; dedicated CPUs, NUMA passthrough, realtime; hugepages;
 //! Hyper-V enlightenments (and `kvm`/`pvspinlock` under emulation); volumes other than containerDisk, emptyDisk,
 //! cloudInitNoCloud, cloudInitConfigDrive, persistentVolumeClaim and dataVolume (ephemeral, hostDisk, secret,
-//! configMap, serviceAccount, downwardAPI, sysprep, …), hotpluggable volumes; LUN reservations, LUNs on
+//! configMap, serviceAccount, downwardAPI, sysprep, …); LUN reservations, LUNs on
 //! Filesystem PVCs, changed block tracking, `blockSize.matchVolume`/discard granularity, the `supplementalPool`
 //! IOThreads policy, cdroms on virtio; interfaces on Multus or DRA networks, sriov, passtBinding, binding plugins
 //! and the discontinued slirp/macvtap/passt, network multiqueue; GPUs, host devices, virtiofs filesystems, TPM,
@@ -147,6 +152,9 @@ pub struct ConvertContext {
     pub pod_interface_mtu: Option<u32>,
     /// Prepended to every file path of the launcher contract (`""` in production; a temporary directory in tests).
     pub path_prefix: String,
+    /// Hotpluggable volumes the node agent has put into the launcher pod, with the target device each has (or
+    /// gets) in the guest. Hotpluggable volumes missing here are left out of the domain: they are attached later.
+    pub hotplugged: BTreeMap<String, String>,
 }
 
 impl ConvertContext {
@@ -159,7 +167,14 @@ impl ConvertContext {
             no_direct_io: BTreeSet::new(),
             pod_interface_mtu: None,
             path_prefix: String::new(),
+            hotplugged: BTreeMap::new(),
         }
+    }
+
+    /// With hotplugged volume `volume` in the launcher pod, as guest device `target`.
+    pub fn with_hotplugged(mut self, volume: &str, target: &str) -> ConvertContext {
+        self.hotplugged.insert(volume.to_owned(), target.to_owned());
+        self
     }
 
     /// The context from what the VMI's launcher found while preparing its pod (`launcher::Prepared`, the ready
@@ -391,9 +406,24 @@ fn domain(vmi: &VirtualMachineInstance, ctx: &ConvertContext) -> Result<Element>
         None => checked_uuid("metadata.uid", uid)?,
     };
     let grace = spec.termination_grace_period_seconds.unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
-    let memory = guest_memory(vmi)?;
-    let cpu = CpuPlan::of(dom.cpu.as_ref(), dom.resources.as_ref(), ctx.acceleration)?;
-    let devices = devices(vmi, ctx, cpu.vcpus_current)?;
+    let memory = MemoryPlan::of(vmi)?;
+    let mut cpu = CpuPlan::of(dom.cpu.as_ref(), dom.resources.as_ref(), ctx.acceleration)?;
+    let mut devices = devices(vmi, ctx, cpu.vcpus_current)?;
+    if let Some(virtio_mem) = memory.virtio_mem() {
+        // libvirt 9.0 wants a NUMA cell (holding every vCPU and the boot memory) beside <maxMemory>; the
+        // virtio-mem device plugs into node 0. Upstream's newer libvirt needs neither the cell nor a slot.
+        let cpus = if cpu.vcpus_max > 1 { format!("0-{}", cpu.vcpus_max - 1) } else { "0".to_owned() };
+        cpu.element.push(
+            Element::new("numa").child(
+                Element::new("cell")
+                    .attr("id", "0")
+                    .attr("cpus", cpus)
+                    .attr("memory", memory.boot.to_string())
+                    .attr("unit", "b"),
+            ),
+        );
+        devices.element.push(virtio_mem);
+    }
 
     let domain_type = match ctx.acceleration {
         Acceleration::Kvm => "kvm",
@@ -418,7 +448,8 @@ fn domain(vmi: &VirtualMachineInstance, ctx: &ConvertContext) -> Result<Element>
         .child(Element::text("name", launcher::domain_name(namespace, name)))
         .child(Element::text("uuid", uuid.clone()))
         .child(metadata)
-        .child(Element::text("memory", memory.to_string()).attr("unit", "b"))
+        .child_opt(memory.max.map(|m| Element::text("maxMemory", m.to_string()).attr("slots", "1").attr("unit", "b")))
+        .child(Element::text("memory", memory.boot.to_string()).attr("unit", "b"))
         .child(vcpu)
         .child_opt(cpu.vcpus_element())
         .child_opt((devices.iothreads > 0).then(|| Element::text("iothreads", devices.iothreads.to_string())))
@@ -433,6 +464,23 @@ fn domain(vmi: &VirtualMachineInstance, ctx: &ConvertContext) -> Result<Element>
         .child(devices.element))
 }
 
+/// The `<disk>` of hotplugged volume `volume` of `vmi` as libvirt's attach and detach calls take it: the same
+/// mapping as at boot, its source in [`launcher::HOTPLUG_DISKS_DIR`], its target the one `ctx.hotplugged` gives.
+pub fn hotplug_disk_xml(vmi: &VirtualMachineInstance, ctx: &ConvertContext, volume: &str) -> Result<String> {
+    if !ctx.hotplugged.contains_key(volume) {
+        return Err(invalid("spec.volumes", volume, "not a hotplugged volume in the launcher pod"));
+    }
+    let mut only = vmi.clone();
+    only.spec.volumes = Some(vmi.spec.volumes.iter().flatten().filter(|v| v.name == volume).cloned().collect());
+    only.spec.domain.devices.disks =
+        Some(vmi.spec.domain.devices.disks.iter().flatten().filter(|d| d.name == volume).cloned().collect());
+    let mut plan = disks(&only, ctx, 1)?;
+    match plan.elements.pop() {
+        Some(disk) if plan.elements.is_empty() => Ok(disk.render()),
+        _ => Err(ConvertError::DiskWithoutVolume { disk: volume.to_owned() }),
+    }
+}
+
 /// A UUID in canonical form (libvirt refuses anything else).
 fn checked_uuid(field: &str, u: &str) -> Result<String> {
     let groups: Vec<&str> = u.split('-').collect();
@@ -444,37 +492,93 @@ fn checked_uuid(field: &str, u: &str) -> Result<String> {
     }
 }
 
-fn guest_memory(vmi: &VirtualMachineInstance) -> Result<u64> {
-    let dom = &vmi.spec.domain;
-    let memory = dom.memory.as_ref();
-    if let Some(m) = memory {
-        refuse_extra("spec.domain.memory", &m.extra)?;
-        if m.hugepages.is_some() {
-            return unsupported(Unsupported::Memory("hugepages"));
-        }
-    }
-    let resources = dom.resources.as_ref();
-    let (field, quantity) = [
-        ("spec.domain.memory.guest", memory.and_then(|m| m.guest.as_ref())),
-        ("spec.domain.resources.requests.memory", resources.and_then(|r| r.requests.as_ref()?.get("memory"))),
-        ("spec.domain.resources.limits.memory", resources.and_then(|r| r.limits.as_ref()?.get("memory"))),
-    ]
-    .into_iter()
-    .find_map(|(f, q)| q.map(|q| (f, q)))
-    .ok_or(ConvertError::NoMemory)?;
-    let bytes = parse_bytes(&quantity.0).map_err(|_| invalid(field, &quantity.0, "not a quantity"))?;
-    if bytes == 0 {
-        return Err(invalid(field, &quantity.0, "zero"));
-    }
-    if let Some(max) = memory.and_then(|m| m.max_guest.as_ref()) {
-        let max_bytes =
-            parse_bytes(&max.0).map_err(|_| invalid("spec.domain.memory.maxGuest", &max.0, "not a quantity"))?;
-        if max_bytes > bytes {
-            return unsupported(Unsupported::Memory("hotplug (maxGuest above guest)"));
-        }
-    }
-    Ok(bytes)
+/// The guest's memory: what it boots with and, with `maxGuest` above it, the hotplug range of its virtio-mem
+/// device (contract §7.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Bytes the guest boots with: `status.memory.guestAtBoot` (the webhook's copy of `guest` at creation), else
+    /// `memory.guest`, else the memory request or limit.
+    pub boot: u64,
+    /// `maxGuest` when it is above `boot`: `<maxMemory>`, and a virtio-mem device of `max - boot` bytes.
+    pub max: Option<u64>,
+    /// Bytes of the virtio-mem device plugged in (`guest - boot`; 0 at creation).
+    pub requested: u64,
 }
+
+impl MemoryPlan {
+    /// The plan of `vmi` (refusing hugepages, unknown fields, zero or unparseable sizes, hotplug sizes that are not
+    /// multiples of [`HOTPLUG_BLOCK`]).
+    pub fn of(vmi: &VirtualMachineInstance) -> Result<MemoryPlan> {
+        let dom = &vmi.spec.domain;
+        let memory = dom.memory.as_ref();
+        if let Some(m) = memory {
+            refuse_extra("spec.domain.memory", &m.extra)?;
+            if m.hugepages.is_some() {
+                return unsupported(Unsupported::Memory("hugepages"));
+            }
+        }
+        let resources = dom.resources.as_ref();
+        let (field, quantity) = [
+            ("spec.domain.memory.guest", memory.and_then(|m| m.guest.as_ref())),
+            ("spec.domain.resources.requests.memory", resources.and_then(|r| r.requests.as_ref()?.get("memory"))),
+            ("spec.domain.resources.limits.memory", resources.and_then(|r| r.limits.as_ref()?.get("memory"))),
+        ]
+        .into_iter()
+        .find_map(|(f, q)| q.map(|q| (f, q)))
+        .ok_or(ConvertError::NoMemory)?;
+        let bytes = |field: &str, q: &str| -> Result<u64> {
+            match parse_bytes(q) {
+                Ok(0) => Err(invalid(field, q, "zero")),
+                Ok(b) => Ok(b),
+                Err(_) => Err(invalid(field, q, "not a quantity")),
+            }
+        };
+        let guest = bytes(field, &quantity.0)?;
+        let at_boot = vmi.status.as_ref().and_then(|s| s.memory.as_ref()).and_then(|m| m.guest_at_boot.as_ref());
+        let boot = match at_boot {
+            Some(q) => bytes("status.memory.guestAtBoot", &q.0)?.min(guest),
+            None => guest,
+        };
+        let Some(max) = memory.and_then(|m| m.max_guest.as_ref()) else {
+            return Ok(MemoryPlan { boot: guest, max: None, requested: 0 });
+        };
+        let max = bytes("spec.domain.memory.maxGuest", &max.0)?;
+        if max <= boot {
+            return Ok(MemoryPlan { boot: guest, max: None, requested: 0 });
+        }
+        for (field, v) in [("spec.domain.memory.guest", guest), ("spec.domain.memory.maxGuest", max)] {
+            if v % HOTPLUG_BLOCK != 0 {
+                return Err(invalid(field, v.to_string(), "not a multiple of the 2 MiB hotplug block"));
+            }
+        }
+        if boot % HOTPLUG_BLOCK != 0 {
+            return Err(invalid(
+                "status.memory.guestAtBoot",
+                boot.to_string(),
+                "not a multiple of the 2 MiB hotplug block",
+            ));
+        }
+        Ok(MemoryPlan { boot, max: Some(max), requested: guest.min(max) - boot })
+    }
+
+    /// `<memory model='virtio-mem'>` on NUMA node 0 with `requested` bytes plugged in, when hotplug is possible.
+    fn virtio_mem(&self) -> Option<Element> {
+        let max = self.max?;
+        let bytes = |name: &'static str, v: u64| Element::text(name, v.to_string()).attr("unit", "b");
+        Some(
+            Element::new("memory").attr("model", "virtio-mem").child(
+                Element::new("target")
+                    .child(bytes("size", max - self.boot))
+                    .child(Element::text("node", "0"))
+                    .child(bytes("block", HOTPLUG_BLOCK))
+                    .child(bytes("requested", self.requested)),
+            ),
+        )
+    }
+}
+
+/// The virtio-mem block size (upstream's 2 MiB hotplug alignment).
+pub const HOTPLUG_BLOCK: u64 = 2 << 20;
 
 /// The CPU part: counts, topology and `<cpu>`.
 struct CpuPlan {
@@ -942,6 +1046,15 @@ fn disks(vmi: &VirtualMachineInstance, ctx: &ConvertContext, vcpus: u32) -> Resu
         let field = |f: &str| format!("spec.domain.devices.disks[{name}].{f}");
         refuse_extra(format!("spec.domain.devices.disks[{name}]"), &disk.extra)?;
         let volume = *volumes.get(name).ok_or_else(|| ConvertError::DiskWithoutVolume { disk: name.to_owned() })?;
+        let hotplug_target = if volume.is_hotpluggable() {
+            match ctx.hotplugged.get(name) {
+                Some(target) => Some(target.clone()),
+                // Not in the pod (yet): the node agent attaches it once it is.
+                None => continue,
+            }
+        } else {
+            None
+        };
         let (kind, bus, read_only) = match (&disk.disk, &disk.cdrom, &disk.lun) {
             (Some(t), None, None) => {
                 refuse_extra(field("disk"), &t.extra)?;
@@ -967,7 +1080,8 @@ fn disks(vmi: &VirtualMachineInstance, ctx: &ConvertContext, vcpus: u32) -> Resu
                 ));
             }
         };
-        let bus = bus.unwrap_or(DiskBus::Sata);
+        // Hotplugged disks go on the virtio-scsi controller unless they name a bus (upstream's virtctl default).
+        let bus = bus.unwrap_or(if hotplug_target.is_some() { DiskBus::Scsi } else { DiskBus::Sata });
         let (bus_name, prefix) = match &bus {
             DiskBus::Virtio => ("virtio", "vd"),
             DiskBus::Sata => ("sata", "sd"),
@@ -980,9 +1094,15 @@ fn disks(vmi: &VirtualMachineInstance, ctx: &ConvertContext, vcpus: u32) -> Resu
         }
         plan.scsi |= bus == DiskBus::Scsi;
         plan.usb |= bus == DiskBus::Usb;
-        let index = prefix_counts.entry(prefix).or_insert(0);
-        let dev = device_name(prefix, *index);
-        *index += 1;
+        let dev = match &hotplug_target {
+            Some(target) => target.clone(),
+            None => {
+                let index = prefix_counts.entry(prefix).or_insert(0);
+                let dev = device_name(prefix, *index);
+                *index += 1;
+                dev
+            }
+        };
         if disk.changed_block_tracking == Some(true) {
             return unsupported(Unsupported::DiskOption { disk: name.to_owned(), option: "changedBlockTracking" });
         }
@@ -1170,9 +1290,6 @@ fn disk_source(vmi: &VirtualMachineInstance, ctx: &ConvertContext, v: &Volume) -
                 (None, Some(dv)) => (false, dv.hotpluggable == Some(true)),
                 (None, None) => (false, false),
             };
-            if hotpluggable {
-                return unsupported(Unsupported::VolumeSource { volume: name.to_owned(), source_kind: "hotpluggable" });
-            }
             let status = vmi
                 .status
                 .as_ref()
@@ -1188,6 +1305,16 @@ fn disk_source(vmi: &VirtualMachineInstance, ctx: &ConvertContext, v: &Volume) -
                 },
             };
             let preallocated = status.and_then(|i| i.preallocated) == Some(true);
+            if hotpluggable {
+                return Ok(match mode {
+                    PvcVolumeMode::Filesystem => {
+                        (file(launcher::hotplug_disk(name), ImageFormat::Raw), read_only, preallocated)
+                    }
+                    PvcVolumeMode::Block => {
+                        (Source::Block { dev: ctx.path(launcher::hotplug_device(name)) }, read_only, true)
+                    }
+                });
+            }
             Ok(match mode {
                 PvcVolumeMode::Filesystem => {
                     (file(launcher::pvc_disk(name), ImageFormat::Raw), read_only, preallocated)

@@ -14,6 +14,7 @@
 //! * [`phase`] (pure): libvirt state and reason → VMI phase.
 //! * [`agent`]: the reconciler of the node's VMIs; [`server`]: the node API virt-api calls (console, VNC, pause).
 //! * [`migration`]: live migration between two node agents (source job, target listeners, TLS proxies).
+//! * [`hotplug`]: CPU and memory hotplug in a running domain after a workload-update migration.
 //!
 //! The paths the XML points at are the launcher pod contract's (`contracts::kubevirt::launcher`); the launcher
 //! prepares the files there.
@@ -22,6 +23,7 @@
 
 pub mod agent;
 pub mod domain_xml;
+pub mod hotplug;
 pub mod libvirt;
 pub mod migration;
 pub mod phase;

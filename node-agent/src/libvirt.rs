@@ -68,6 +68,10 @@ pub enum Operation {
     Migrate,
     /// `virDomainGetJobInfo`.
     JobInfo,
+    /// `virDomainSetVcpusFlags(LIVE | CONFIG)`.
+    SetVcpus,
+    /// `virDomainAttachDeviceFlags`, `virDomainDetachDeviceFlags`, `virDomainUpdateDeviceFlags`.
+    Device,
 }
 
 impl fmt::Display for Operation {
@@ -88,6 +92,8 @@ impl fmt::Display for Operation {
             Operation::Screenshot => "taking a screenshot of",
             Operation::Migrate => "live-migrating",
             Operation::JobInfo => "reading the job of",
+            Operation::SetVcpus => "changing the vCPUs of",
+            Operation::Device => "changing a device of",
         })
     }
 }
@@ -467,6 +473,32 @@ impl Domain {
     /// The domain's current XML as libvirt has it (with the defaults and addresses it filled in).
     pub fn xml(&self) -> Result<String> {
         self.dom.xml_desc(0).map_err(self.err(Operation::XmlDesc))
+    }
+
+    /// Enables vCPUs up to `count` in the running guest and its persistent definition (vCPU hotplug; the guest
+    /// onlines them).
+    pub fn set_vcpus(&self, count: u32) -> Result<()> {
+        let flags = virt_sys::VIR_DOMAIN_VCPU_LIVE | virt_sys::VIR_DOMAIN_VCPU_CONFIG;
+        self.dom.set_vcpus_flags(count, flags).map_err(self.err(Operation::SetVcpus))
+    }
+
+    /// Replaces a device of the running guest with `xml` (matched by libvirt by its alias / address), e.g. a
+    /// virtio-mem device with a new `requested` size.
+    pub fn update_device(&self, xml: &str) -> Result<()> {
+        self.dom.update_device_flags(xml, virt_sys::VIR_DOMAIN_DEVICE_MODIFY_LIVE).map_err(self.err(Operation::Device))
+    }
+
+    /// Attaches the device `xml` to the running guest (and its persistent definition).
+    pub fn attach_device(&self, xml: &str) -> Result<()> {
+        let flags = virt_sys::VIR_DOMAIN_DEVICE_MODIFY_LIVE | virt_sys::VIR_DOMAIN_DEVICE_MODIFY_CONFIG;
+        self.dom.attach_device_flags(xml, flags).map_err(self.err(Operation::Device))
+    }
+
+    /// Detaches the device `xml` from the running guest (and its persistent definition); the guest is asked to
+    /// release it and libvirt returns before it has.
+    pub fn detach_device(&self, xml: &str) -> Result<()> {
+        let flags = virt_sys::VIR_DOMAIN_DEVICE_MODIFY_LIVE | virt_sys::VIR_DOMAIN_DEVICE_MODIFY_CONFIG;
+        self.dom.detach_device_flags(xml, flags).map_err(self.err(Operation::Device))
     }
 
     /// Live-migrates the domain peer to peer (blocking until libvirt finished or failed): this daemon connects to

@@ -7,7 +7,7 @@
 #   vmlinuz      the kernel of Debian's linux-image-<abi>-$GUEST_KERNEL_FLAVOUR package (unpacked with dpkg-deb -x)
 #   initrd.img   gzip'ed newc cpio: busybox-static, tests/guest/initramfs/ (the /init and its helpers), the kernel
 #                modules the guest needs (virtio pci/net/blk/scsi, AHCI + ata_piix, sd/sr, isofs, vfat + NLS, ACPI
-#                button, evdev) with a modules.dep
+#                button, evdev, virtio-mem) with a modules.dep
 #   disk.raw     32 MiB: MBR (syslinux mbr.bin) + one bootable FAT16 partition (syslinux, vmlinuz, initrd.img);
 #                made without loop devices or mounts (sfdisk, mkfs.fat --offset, syslinux --offset, mcopy)
 #   disk.qcow2   disk.raw as an uncompressed qcow2 (compressed clusters cost ~15 s of BIOS time under TCG, per
@@ -40,7 +40,7 @@ DISK_MIB=32
 PART_START=2048 # sectors (1 MiB)
 # Drivers the init loads (with their dependencies; whatever the kernel has built in is dropped from the list).
 MODULES=(virtio_pci virtio_blk virtio_net virtio_scsi sd_mod sr_mod ahci ata_piix isofs vfat nls_cp437 nls_ascii
-  nls_utf8 nls_iso8859-1 button evdev)
+  nls_utf8 nls_iso8859-1 button evdev virtio_mem)
 
 log() { printf '[guest %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { printf '[guest %s] ERROR: %s\n' "$(date +%T)" "$*" >&2; exit 1; }

@@ -44,12 +44,13 @@ pub mod migrate;
 pub mod node;
 pub mod pki;
 pub mod portforward;
-pub mod quantity;
+pub use crds::quantity;
 pub mod server;
 pub mod settings;
 pub mod subresources;
 pub mod validate;
 pub mod vmi_ops;
+pub mod volumes;
 pub mod webhook;
 
 pub use config::{Config, User};

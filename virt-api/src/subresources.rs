@@ -19,7 +19,9 @@
 //!   GET  …/{v}/namespaces/{ns}/virtualmachine[instance]s/{name}/portforward/{port}[/{protocol}]
 //!        websocket ─► portforward ─► the guest's address over the pod network
 //!   GET guestosinfo|userlist|filesystemlist, PUT freeze|unfreeze: upstream's 409 without a guest agent
-//!   other subresources (addvolume, removevolume, memorydump, …): 501 with the subresource's name
+//!   PUT  …/{v}/namespaces/{ns}/virtualmachine[instance]s/{name}/addvolume|removevolume
+//!        ─► read the VM or VMI ─► volumes::plan_vm|plan_vmi (pure) ─► merge patch of its volumes and disks ─► 202
+//!   other subresources (memorydump, …): 501 with the subresource's name
 //! ```
 //!
 //! The kube-apiserver has authorized the user before it proxies; this server only checks that the request comes
@@ -50,6 +52,7 @@ use crate::node::NodeClient;
 use crate::portforward;
 use crate::server::respond;
 use crate::vmi_ops;
+use crate::volumes;
 
 /// Largest lifecycle request body accepted (the options are a few fields).
 const MAX_BODY: usize = 64 << 10;
@@ -141,6 +144,17 @@ pub enum Route {
         /// VM name.
         name: String,
     },
+    /// `PUT virtualmachine[instance]s/{name}/addvolume|removevolume`.
+    Volume {
+        /// Namespace.
+        namespace: String,
+        /// VM or VMI name.
+        name: String,
+        /// Whether `name` is a VM.
+        vm: bool,
+        /// [`volumes::ADD`] or [`volumes::REMOVE`].
+        sub: &'static str,
+    },
     /// `PUT namespaces/{ns}/expand-vm-spec`: the VM in the body, expanded.
     ExpandSpec {
         /// The request's namespace.
@@ -186,6 +200,25 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Route {
                 return Route::MethodNotAllowed;
             }
             Route::Migrate { namespace: (*ns).to_owned(), name: (*name).to_owned() }
+        }
+        [
+            v,
+            "namespaces",
+            ns,
+            resource @ ("virtualmachines" | "virtualmachineinstances"),
+            name,
+            sub @ (volumes::ADD | volumes::REMOVE),
+        ] if known(v) => {
+            if method != Method::PUT {
+                return Route::MethodNotAllowed;
+            }
+            let sub = if *sub == volumes::ADD { volumes::ADD } else { volumes::REMOVE };
+            Route::Volume {
+                namespace: (*ns).to_owned(),
+                name: (*name).to_owned(),
+                vm: *resource == "virtualmachines",
+                sub,
+            }
         }
         [v, "namespaces", ns, "virtualmachines", name, sub] if known(v) => match Lifecycle::parse(sub) {
             Some(action) if method == Method::PUT => {
@@ -391,6 +424,17 @@ pub async fn handle(req: Request<Incoming>, peer_cn: Option<String>, s: Arc<Subr
                 Err(a) => a.response(),
             }
         }
+        Route::Volume { namespace, name, vm, sub } => {
+            match volume_request(req, &s.client, &s.config, &namespace, &name, vm, sub).await {
+                Ok(dry_run) => {
+                    let resource = if vm { "vm" } else { "vmi" };
+                    tracing::info!(user = who.user, %resource, name = %format!("{namespace}/{name}"), sub, dry_run,
+                        "volume request");
+                    respond(StatusCode::ACCEPTED, "application/json", "")
+                }
+                Err(a) => a.response(),
+            }
+        }
         Route::Lifecycle { namespace, name, action } => {
             let options = match options(req).await {
                 Ok(o) => o,
@@ -448,6 +492,59 @@ async fn migrate_request(
     // Upstream wraps every create failure (a webhook's refusal included) in an internal error.
     let created = migrations.create(&params, &plan.migration).await.map_err(|e| Refusal::internal(api_message(&e)))?;
     Ok(created.metadata.name.unwrap_or_default())
+}
+
+/// `addvolume` / `removevolume` of VM (`vm`) or VMI `ns/name`: upstream's gate, body, lookup and verification
+/// refusals; the patch sent as virt-api (dryRun honoured). `Ok(dry_run)`.
+async fn volume_request(
+    req: Request<Incoming>,
+    client: &kube::Client,
+    config: &Config,
+    ns: &str,
+    name: &str,
+    vm: bool,
+    sub: &str,
+) -> Result<bool, Answer> {
+    if !config.enabled(crate::config::FeatureGate::DeclarativeHotplugVolumes) {
+        return Err(Refusal::bad_request(volumes::NOT_ENABLED).into());
+    }
+    let Some(body) = body(req, MAX_BODY).await? else { return Err(Refusal::bad_request(volumes::NO_BODY).into()) };
+    let request = volumes::Request::parse(sub, &body)?;
+    let params = PatchParams { dry_run: request.dry_run(), ..PatchParams::default() };
+    let sent = if vm {
+        let api: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+        let vm = match api.get_opt(name).await {
+            Ok(Some(vm)) => vm,
+            Ok(None) => return Err(Refusal::vm_not_found(name).into()),
+            Err(e) => {
+                return Err(Refusal::internal(format!("unable to retrieve vm [{name}]: {}", api_message(&e))).into());
+            }
+        };
+        let patch = volumes::plan_vm(&vm, &request)?;
+        api.patch(name, &params, &KubePatch::Merge(&patch)).await.map(drop)
+    } else {
+        let api: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+        let vmi = match api.get_opt(name).await {
+            Ok(Some(vmi)) => vmi,
+            Ok(None) => return Err(vmi_ops::vmi_not_found(name).into()),
+            Err(e) => {
+                return Err(Refusal::internal(format!("unable to retrieve vmi [{name}]: {}", api_message(&e))).into());
+            }
+        };
+        let patch = volumes::plan_vmi(&vmi, &request)?;
+        api.patch(name, &params, &KubePatch::Merge(&patch)).await.map(drop)
+    };
+    match sent {
+        Ok(()) => Ok(request.dry_run()),
+        // A refusal of the API server's (the webhooks' Invalid, a conflict) is passed on; anything else is 500.
+        Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if s.code == 422 || s.code == 409) => {
+            Err(Answer::Kube(e))
+        }
+        Err(e) => {
+            let what = if vm { "vm" } else { "vmi" };
+            Err(Refusal::internal(format!("unable to patch {what}: {}", api_message(&e))).into())
+        }
+    }
 }
 
 /// The request body, at most `limit` bytes (`None`: empty or only whitespace).
@@ -718,17 +815,27 @@ mod tests {
             route(&Method::POST, &format!("{base}/v1alpha3/namespaces/ns/virtualmachines/vm1/migrate"), None),
             Route::MethodNotAllowed
         );
+        let volume =
+            |vm: bool, sub: &'static str| Route::Volume { namespace: "ns".into(), name: "vm1".into(), vm, sub };
         assert_eq!(
             route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/addvolume"), None),
-            Route::NotImplemented("virtualmachines/addvolume".into())
+            volume(true, "addvolume")
         );
         assert_eq!(
             route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/removevolume"), None),
-            Route::NotImplemented("virtualmachines/removevolume".into())
+            volume(true, "removevolume")
         );
         assert_eq!(
             route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/addvolume"), None),
-            Route::NotImplemented("virtualmachineinstances/addvolume".into())
+            volume(false, "addvolume")
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{base}/v1/namespaces/ns/virtualmachineinstances/vm1/removevolume"), None),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{base}/v1/namespaces/ns/virtualmachines/vm1/memorydump"), None),
+            Route::NotImplemented("virtualmachines/memorydump".into())
         );
         assert_eq!(
             route(

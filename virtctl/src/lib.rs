@@ -17,6 +17,7 @@ pub mod migrate;
 pub mod portforward;
 pub mod vm;
 pub mod vmi;
+pub mod volume;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! `virtctl`: the subset of KubeVirt's CLI this project provides — `image-upload`, `start`, `stop`, `restart`,
-//! `migrate`, `migrate-cancel`, `console`, `vnc`, `pause`, `unpause`, `expose`, `port-forward`, `expand`.
+//! `migrate`, `migrate-cancel`, `console`, `vnc`, `pause`, `unpause`, `expose`, `port-forward`, `expand`, `addvolume`,
+//! `removevolume`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use virtctl::vmi;
     name = "virtctl",
     version,
     about = "KubeVirt command line client (image-upload, start, stop, restart, migrate, migrate-cancel, console, vnc, \
-             pause, unpause, expose, port-forward, expand)"
+             pause, unpause, expose, port-forward, expand, addvolume, removevolume)"
 )]
 struct Cli {
     /// Namespace (default: the kubeconfig context's).
@@ -54,6 +55,10 @@ enum Cmd {
     PortForward(virtctl::portforward::PortForwardArgs),
     /// Return the VirtualMachine object with expanded instancetype and preference.
     Expand(virtctl::expand::ExpandArgs),
+    /// add a volume to a running VM
+    Addvolume(virtctl::volume::AddVolumeArgs),
+    /// remove a volume from a running VM
+    Removevolume(virtctl::volume::RemoveVolumeArgs),
 }
 
 async fn client(namespace: Option<String>, kubeconfig: Option<PathBuf>) -> anyhow::Result<(kube::Client, String)> {
@@ -91,6 +96,8 @@ fn main() -> ExitCode {
         Cmd::Expose(a) => Run::Expose(a),
         Cmd::PortForward(a) => Run::PortForward(a),
         Cmd::Expand(a) => Run::Expand(a),
+        Cmd::Addvolume(a) => Run::AddVolume(a),
+        Cmd::Removevolume(a) => Run::RemoveVolume(a),
     };
     // Upstream's output and exit code: the result line on stdout, or its error text on stderr and exit 1.
     let mut failed = false;
@@ -106,6 +113,8 @@ fn main() -> ExitCode {
             Run::Expose(args) => virtctl::expose::expose(args, c, &ns).await.map(Some),
             Run::PortForward(args) => virtctl::portforward::port_forward(args, c, &ns).await.map(|()| None),
             Run::Expand(args) => virtctl::expand::expand(args, c, &ns).await.map(Some),
+            Run::AddVolume(args) => virtctl::volume::add(args, c, &ns).await.map(Some),
+            Run::RemoveVolume(args) => virtctl::volume::remove(args, c, &ns).await.map(Some),
         };
         match result {
             Ok(Some(line)) => println!("{line}"),
@@ -131,4 +140,6 @@ enum Run {
     Expose(virtctl::expose::ExposeArgs),
     PortForward(virtctl::portforward::PortForwardArgs),
     Expand(virtctl::expand::ExpandArgs),
+    AddVolume(virtctl::volume::AddVolumeArgs),
+    RemoveVolume(virtctl::volume::RemoveVolumeArgs),
 }

@@ -71,6 +71,23 @@ impl Context {
     }
 }
 
+impl Context {
+    /// The live-update settings of the cluster's KubeVirt (upstream's defaults without one).
+    pub fn live_settings(&self) -> crate::vm::live::Settings {
+        let all = self.stores.kubevirts.state();
+        crds::kubevirt::config::effective(all.iter().map(AsRef::as_ref)).map_or_else(Default::default, |kv| {
+            crate::vm::live::Settings { live_update: kv.live_update(), cpu_allocation_ratio: kv.cpu_allocation_ratio() }
+        })
+    }
+
+    /// Whether VMIs needing an update after a CPU or memory hotplug are live-migrated (`workloadUpdateMethods`).
+    pub fn workload_updates_migrate(&self) -> bool {
+        let all = self.stores.kubevirts.state();
+        crds::kubevirt::config::effective(all.iter().map(AsRef::as_ref))
+            .is_some_and(crds::kubevirt::config::KubeVirt::workload_updates_migrate)
+    }
+}
+
 /// How long a reconcile waits for a cache its controller's own trigger stream fills before it steps back.
 pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 

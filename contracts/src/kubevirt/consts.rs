@@ -95,6 +95,8 @@ pub mod ann {
     pub const REQUESTED_BY: &str = "requested-by";
     /// On migrations created by the evacuation controller: the node being drained.
     pub const EVACUATION_MIGRATION: &str = "kubevirt.io/evacuationMigration";
+    /// On migrations created because a running VMI needs an update (CPU or memory hotplug), value empty.
+    pub const WORKLOAD_UPDATE_MIGRATION: &str = "kubevirt.io/workloadUpdateMigration";
     /// On VMIs: allows live migration with a bridge binding on the pod network (any value).
     pub const ALLOW_POD_BRIDGE_NETWORK_LIVE_MIGRATION: &str = "kubevirt.io/allow-pod-bridge-network-live-migration";
     /// On VMIs: image volumes skip the digest-resolution init containers.

@@ -247,6 +247,27 @@ pub fn pvc_device(volume: &str) -> String {
     format!("/dev/{volume}")
 }
 
+/// Where the node agent puts hotplugged volumes inside the launcher pod (upstream's
+/// `/var/run/kubevirt/hotplug-disks`): a bind mount of a Filesystem claim's `disk.img`, or a device node of a Block
+/// claim.
+pub const HOTPLUG_DISKS_DIR: &str = "/var/run/kubevirt/hotplug-disks";
+
+/// The image of hotplugged Filesystem volume `volume` in the launcher pod (QEMU's path).
+pub fn hotplug_disk(volume: &str) -> String {
+    format!("{HOTPLUG_DISKS_DIR}/{volume}.img")
+}
+
+/// The device node of hotplugged Block volume `volume` in the launcher pod (QEMU's path).
+pub fn hotplug_device(volume: &str) -> String {
+    format!("{HOTPLUG_DISKS_DIR}/{volume}")
+}
+
+/// Where a hotplug attachment pod mounts the claim of volume `volume` (a directory holding `disk.img` for a
+/// Filesystem claim, the device for a Block one); the node agent takes it from there.
+pub fn attachment_path(volume: &str) -> String {
+    format!("/hotplug/{volume}")
+}
+
 /// CDI's default filesystem overhead in per mille (5.5 %): what the launcher leaves free on a Filesystem PVC when
 /// it creates the volume's `disk.img`, as upstream's launcher does.
 pub const PVC_FILESYSTEM_OVERHEAD_PER_MILLE: u64 = 55;

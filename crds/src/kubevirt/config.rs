@@ -32,6 +32,9 @@ pub struct KubeVirtSpec {
     /// The cluster-wide configuration of KubeVirt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub configuration: Option<KubeVirtConfiguration>,
+    /// How running VMIs are brought up to date (after a CPU or memory hotplug, a new launcher image).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload_update_strategy: Option<WorkloadUpdateStrategy>,
     /// Fields this version does not model, kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]
@@ -58,6 +61,10 @@ pub struct KubeVirtConfiguration {
     /// Live migration settings (§5.5).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub migrations: Option<MigrationConfiguration>,
+    /// `LiveUpdate` (default: CPU sockets, guest memory, hotpluggable volumes, placement of a VM's template are
+    /// applied to its running VMI) or `Stage` (every template change waits for a restart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_rollout_strategy: Option<String>,
     /// Fields this version does not model, kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]
@@ -78,6 +85,9 @@ pub struct DeveloperConfiguration {
     /// Disabled feature gates.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_feature_gates: Option<Vec<String>>,
+    /// vCPUs per physical CPU the launcher pods request (default 10: a vCPU requests 100m).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_allocation_ratio: Option<u32>,
     /// Fields this version does not model, kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]
@@ -151,6 +161,27 @@ impl MigrationConfiguration {
     pub const DEFAULT_PROGRESS_TIMEOUT: i64 = 150;
 }
 
+/// `spec.workloadUpdateStrategy`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct WorkloadUpdateStrategy {
+    /// `LiveMigrate` and/or `Evict` (none by default: running VMIs are left as they are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload_update_methods: Option<Vec<String>>,
+    /// Fields this version does not model, kept verbatim.
+    #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// `workloadUpdateMethods` entry that migrates VMIs needing an update.
+pub const WORKLOAD_UPDATE_LIVE_MIGRATE: &str = "LiveMigrate";
+/// `vmRolloutStrategy` that applies template changes to running VMIs (the default).
+pub const VM_ROLLOUT_LIVE_UPDATE: &str = "LiveUpdate";
+/// `developerConfiguration.cpuAllocationRatio` default.
+pub const DEFAULT_CPU_ALLOCATION_RATIO: u32 = 10;
+
 /// Observed state of the installation.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -174,6 +205,37 @@ impl KubeVirt {
             .and_then(|c| c.developer_configuration.as_ref())
             .and_then(|d| d.use_emulation)
             .unwrap_or(false)
+    }
+
+    /// Whether VM template changes are applied to running VMIs (`vmRolloutStrategy` `LiveUpdate`, the default).
+    pub fn live_update(&self) -> bool {
+        self.spec
+            .configuration
+            .as_ref()
+            .and_then(|c| c.vm_rollout_strategy.as_deref())
+            .unwrap_or(VM_ROLLOUT_LIVE_UPDATE)
+            == VM_ROLLOUT_LIVE_UPDATE
+    }
+
+    /// `developerConfiguration.cpuAllocationRatio` (default 10; 0 counts as the default).
+    pub fn cpu_allocation_ratio(&self) -> u32 {
+        self.spec
+            .configuration
+            .as_ref()
+            .and_then(|c| c.developer_configuration.as_ref())
+            .and_then(|d| d.cpu_allocation_ratio)
+            .filter(|r| *r > 0)
+            .unwrap_or(DEFAULT_CPU_ALLOCATION_RATIO)
+    }
+
+    /// Whether VMIs that need an update (a CPU or memory hotplug) are live-migrated (`workloadUpdateMethods` holds
+    /// `LiveMigrate`).
+    pub fn workload_updates_migrate(&self) -> bool {
+        self.spec
+            .workload_update_strategy
+            .as_ref()
+            .and_then(|w| w.workload_update_methods.as_ref())
+            .is_some_and(|m| m.iter().any(|m| m == WORKLOAD_UPDATE_LIVE_MIGRATE))
     }
 
     /// `spec.configuration.migrations`, empty (all defaults) when absent.
@@ -208,5 +270,24 @@ mod tests {
         assert_eq!(back["spec"]["imagePullPolicy"], "IfNotPresent");
         assert_eq!(effective([&kv]).map(|k| k.use_emulation()), Some(true));
         assert!(!KubeVirt::new("x", KubeVirtSpec::default()).use_emulation());
+    }
+
+    #[test]
+    fn live_update_settings_default_as_upstreams() {
+        let plain = KubeVirt::new("x", KubeVirtSpec::default());
+        assert!(plain.live_update());
+        assert_eq!(plain.cpu_allocation_ratio(), 10);
+        assert!(!plain.workload_updates_migrate());
+        let kv: KubeVirt = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+            "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["Evict", "LiveMigrate"], "batchEvictionSize": 3},
+                     "configuration": {"vmRolloutStrategy": "Stage", "developerConfiguration": {"cpuAllocationRatio": 4}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!kv.live_update());
+        assert_eq!(kv.cpu_allocation_ratio(), 4);
+        assert!(kv.workload_updates_migrate());
+        let back = serde_json::to_value(&kv).unwrap_or_default();
+        assert_eq!(back["spec"]["workloadUpdateStrategy"]["batchEvictionSize"], 3);
     }
 }

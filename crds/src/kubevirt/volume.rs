@@ -73,6 +73,22 @@ pub struct Volume {
     pub extra: Extra,
 }
 
+impl Volume {
+    /// Whether it is a hotpluggable PVC or DataVolume (attached through an attachment pod, not the launcher pod).
+    pub fn is_hotpluggable(&self) -> bool {
+        self.persistent_volume_claim.as_ref().is_some_and(|p| p.hotpluggable == Some(true))
+            || self.data_volume.as_ref().is_some_and(|d| d.hotpluggable == Some(true))
+    }
+
+    /// The claim (PVC, or DataVolume and its PVC) a PVC or DataVolume volume uses.
+    pub fn claim_name(&self) -> Option<&str> {
+        self.persistent_volume_claim
+            .as_ref()
+            .map(|p| p.claim_name.as_str())
+            .or_else(|| self.data_volume.as_ref().map(|d| d.name.as_str()))
+    }
+}
+
 /// `volumes[].hostDisk`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -134,6 +134,7 @@ pub async fn reconcile_target(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Context
         node: &ctx.node,
         pods: &ctx.stores.pods,
         migrations: &ctx.migrations,
+        events: &ctx.events,
     };
     crate::migration::target::reconcile(&vmi, &target).await.map_err(|e| Error::Migration(e.to_string()))
 }
@@ -191,8 +192,10 @@ pub(crate) fn inspect(uri: &str, name: &str) -> DomainView {
     };
     match dom.state() {
         Ok((state, reason)) => {
-            let machine = dom.xml().ok().and_then(|x| machine_of(&x));
-            DomainView::Present { state, reason, machine }
+            let xml = dom.xml().ok();
+            let machine = xml.as_deref().and_then(machine_of);
+            let current_memory = xml.as_deref().and_then(crate::hotplug::current_memory);
+            DomainView::Present { state, reason, machine, current_memory }
         }
         Err(e) if e.kind() == ErrorKind::NoDomain => DomainView::Absent,
         Err(e) => DomainView::Unreachable(e.to_string()),

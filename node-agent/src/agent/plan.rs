@@ -20,10 +20,11 @@ use contracts::kubevirt::launcher::{self, POD_INTERFACE, Prepared};
 use crds::kubevirt::VirtualMachineInstance;
 use crds::kubevirt::domain::Machine;
 use crds::kubevirt::vmi::{
-    ConditionStatus, VirtualMachineInstanceCondition as Condition, VirtualMachineInstanceConditionType as Type,
-    VirtualMachineInstanceNetworkInterface, VirtualMachineInstancePhase as Phase, VirtualMachineInstanceStatus,
-    info_source,
+    ConditionStatus, MemoryStatus, VirtualMachineInstanceCondition as Condition,
+    VirtualMachineInstanceConditionType as Type, VirtualMachineInstanceNetworkInterface,
+    VirtualMachineInstancePhase as Phase, VirtualMachineInstanceStatus, info_source,
 };
+use crds::quantity::{Format, Quantity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::domain_xml::{Acceleration, ConvertContext, ImageFormat, PvcVolumeMode, to_domain_xml};
@@ -81,6 +82,8 @@ pub enum DomainView {
         reason: StateReason,
         /// The machine type libvirt runs (the expanded alias, e.g. `pc-q35-7.2`).
         machine: Option<String>,
+        /// The guest's memory in bytes (`<currentMemory>`: boot memory plus what virtio-mem plugged in).
+        current_memory: Option<u64>,
     },
     /// The launcher's libvirt does not answer (the message says how it failed).
     Unreachable(String),
@@ -386,7 +389,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 }
             }
         }
-        (LauncherView::Ready(_), DomainView::Present { state, reason, machine }) => {
+        (LauncherView::Ready(_), DomainView::Present { state, reason, machine, current_memory }) => {
             let active = matches!(
                 state,
                 DomainState::Running
@@ -410,6 +413,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 _ => match next {
                     Some(Phase::Running) => {
                         running(o, &mut status, &mut plan, *state, *reason, machine.as_ref());
+                        if let Some(bytes) = current_memory {
+                            let q = Quantity::from_value(i64::try_from(*bytes).unwrap_or(i64::MAX), Format::BinarySi);
+                            status.memory.get_or_insert_with(MemoryStatus::default).guest_current = Some(q.to_k8s());
+                        }
                         plan.requeue = Some(RUNNING_POLL);
                     }
                     Some(p) if p.is_final() => {
@@ -482,7 +489,7 @@ mod tests {
     }
 
     fn present(state: DomainState, reason: StateReason) -> DomainView {
-        DomainView::Present { state, reason, machine: Some("pc-q35-7.2".into()) }
+        DomainView::Present { state, reason, machine: Some("pc-q35-7.2".into()), current_memory: None }
     }
 
     fn phase_of(p: &Plan) -> Option<Phase> {

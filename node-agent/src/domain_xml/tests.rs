@@ -90,12 +90,37 @@ fn identity_and_memory_errors() {
         err(|v| v["spec"]["domain"]["memory"]["guest"] = json!("lots")),
         ConvertError::Invalid { reason: "not a quantity", .. }
     ));
-    assert_eq!(
-        err(|v| v["spec"]["domain"]["memory"]["maxGuest"] = json!("128Mi")),
-        ConvertError::Unsupported(Unsupported::Memory("hotplug (maxGuest above guest)"))
-    );
+    assert!(matches!(
+        err(|v| v["spec"]["domain"]["memory"]["maxGuest"] = json!("129Mi")),
+        ConvertError::Invalid { reason: "not a multiple of the 2 MiB hotplug block", .. }
+    ));
     // maxGuest equal to guest is no hotplug.
-    xml(|v| v["spec"]["domain"]["memory"]["maxGuest"] = json!("64Mi"));
+    let x = xml(|v| v["spec"]["domain"]["memory"]["maxGuest"] = json!("64Mi"));
+    lacks(&x, "maxMemory");
+    lacks(&x, "virtio-mem");
+}
+
+#[test]
+fn memory_hotplug_is_a_virtio_mem_device_on_numa_node_0() {
+    let x = xml(|v| {
+        v["spec"]["domain"]["memory"] = json!({"guest": "1Gi", "maxGuest": "4Gi"});
+        v["spec"]["domain"]["cpu"] = json!({"sockets": 1, "maxSockets": 2});
+    });
+    has(&x, "<maxMemory slots='1' unit='b'>4294967296</maxMemory>\n  <memory unit='b'>1073741824</memory>");
+    has(&x, "<numa>\n      <cell id='0' cpus='0-1' memory='1073741824' unit='b'/>\n    </numa>");
+    has(
+        &x,
+        "<memory model='virtio-mem'>\n      <target>\n        <size unit='b'>3221225472</size>\n        <node>0</node>\n        <block unit='b'>2097152</block>\n        <requested unit='b'>0</requested>",
+    );
+    // Booted with guestAtBoot; the spec's guest beyond it is plugged in from the start.
+    let x = xml(|v| {
+        v["spec"]["domain"]["memory"] = json!({"guest": "1536Mi", "maxGuest": "2Gi"});
+        v["status"] = json!({"memory": {"guestAtBoot": "1Gi"}});
+    });
+    has(&x, "<memory unit='b'>1073741824</memory>");
+    has(&x, "<cell id='0' cpus='0' memory='1073741824' unit='b'/>");
+    has(&x, "<size unit='b'>1073741824</size>");
+    has(&x, "<requested unit='b'>536870912</requested>");
 }
 
 #[test]
@@ -486,13 +511,6 @@ fn what_the_slice_refuses() {
             "volume \"cd\": configMap volumes",
         ),
         (
-            Box::new(|v| {
-                v["spec"]["volumes"] =
-                    json!([{"name": "cd", "persistentVolumeClaim": {"claimName": "c", "hotpluggable": true}}]);
-            }),
-            "volume \"cd\": hotpluggable volumes",
-        ),
-        (
             Box::new(|v| v["spec"]["domain"]["devices"]["disks"][0]["changedBlockTracking"] = json!(true)),
             "disk \"cd\": changedBlockTracking",
         ),
@@ -563,4 +581,33 @@ fn the_context_from_what_the_launcher_prepared() {
         ConvertContext::from_prepared(Acceleration::Emulation, &bad, &vmi),
         Err(ConvertError::Invalid { reason: "unknown format", .. })
     ));
+}
+
+#[test]
+fn hotplugged_volumes_join_the_domain_once_in_the_pod() {
+    let hot = |v: &mut Value| {
+        v["spec"]["volumes"] = json!([{"name": "cd", "containerDisk": {"image": "x"}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "c", "hotpluggable": true}}]);
+        v["spec"]["domain"]["devices"]["disks"] = json!([{"name": "cd", "disk": {"bus": "virtio"}},
+            {"name": "data", "disk": {}, "serial": "s-1"}]);
+    };
+    // Not in the launcher pod yet: left out.
+    let x = xml(hot);
+    lacks(&x, "hotplug-disks");
+    // In the pod as sdb (Filesystem): in the domain at boot (after a migration or restart of the launcher), on scsi.
+    let v = vmi(hot);
+    let c = ctx().with_pvc_mode("data", PvcVolumeMode::Filesystem).with_hotplugged("data", "sdb");
+    let x = to_domain_xml(&v, &c).unwrap_or_else(|e| panic!("{e}"));
+    has(&x, "<source file='/var/run/kubevirt/hotplug-disks/data.img'/>\n      <target dev='sdb' bus='scsi'/>");
+    let one = hotplug_disk_xml(&v, &c, "data").unwrap_or_else(|e| panic!("{e}"));
+    assert!(one.starts_with("<disk type='file' device='disk'>"), "{one}");
+    has(&one, "<driver name='qemu' type='raw' cache='none' error_policy='stop' discard='unmap'/>");
+    has(&one, "<serial>s-1</serial>");
+    has(&one, "<alias name='ua-data'/>");
+    // Block: the device node.
+    let c = ctx().with_pvc_mode("data", PvcVolumeMode::Block).with_hotplugged("data", "sdc");
+    let one = hotplug_disk_xml(&v, &c, "data").unwrap_or_else(|e| panic!("{e}"));
+    has(&one, "<disk type='block' device='disk'>");
+    has(&one, "<source dev='/var/run/kubevirt/hotplug-disks/data'/>\n  <target dev='sdc' bus='scsi'/>");
+    assert!(hotplug_disk_xml(&v, &ctx(), "data").is_err(), "not in the pod");
 }

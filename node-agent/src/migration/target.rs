@@ -20,6 +20,7 @@ use kube::{Client, ResourceExt};
 use super::plan::{self, TargetStep};
 use super::{Error, Migrations, proxy, update_state};
 use crate::agent::plan::{DomainView, LauncherView};
+use crate::hotplug;
 use crate::libvirt::DomainState;
 
 /// How often a target waiting for its launcher or for the source looks again.
@@ -42,6 +43,8 @@ pub struct Target<'a> {
     pub pods: &'a Store<Pod>,
     /// This agent's migrations.
     pub migrations: &'a Arc<Migrations>,
+    /// Events on VMIs.
+    pub events: &'a controller_runtime::events::Events,
 }
 
 /// One target-side step for `vmi`.
@@ -101,7 +104,42 @@ pub async fn reconcile(vmi: &VirtualMachineInstance, t: &Target<'_>) -> Result<R
         }
         TargetStep::TakeOver => {
             let (node, pod_uid) = (t.node.to_owned(), pod.as_ref().and_then(|p| p.uid()).unwrap_or_default());
+            // A workload-update migration: the guest now runs in a pod sized for its new spec; plug the vCPUs and
+            // memory in (a no-op for any other migration).
+            let outcome = match &dir {
+                Some(d) => {
+                    let (uri, n, v) = (d.libvirt_uri(), domain_name(&ns, &name), vmi.clone());
+                    crate::agent::blocking(move || {
+                        let dom = crate::libvirt::Libvirt::connect(&uri).and_then(|c| c.lookup(&n));
+                        match dom {
+                            Ok(Some(dom)) => hotplug::apply(&dom, &v),
+                            Ok(None) => {
+                                let e = "the migrated domain is gone".to_owned();
+                                hotplug::Outcome { cpu: Err(e.clone()), memory: Err(e) }
+                            }
+                            Err(e) => hotplug::Outcome { cpu: Err(e.to_string()), memory: Err(e.to_string()) },
+                        }
+                    })
+                    .await
+                }
+                None => hotplug::Outcome::default(),
+            };
+            for (result, message) in
+                [(&outcome.cpu, hotplug::EVENT_CPU_FAILED), (&outcome.memory, hotplug::EVENT_MEMORY_FAILED)]
+            {
+                if let Err(e) = result {
+                    tracing::warn!(vmi = %format!("{ns}/{name}"), error = %e, message, "hotplug after migration");
+                    // Upstream's reason is the error itself; an event's reason holds at most 128 characters.
+                    let reason: String = e.chars().take(128).collect();
+                    t.events.publish(vmi, controller_runtime::events::Severity::Warning, &reason, message).await;
+                }
+            }
+            let now = Time(Timestamp::now());
             update_state(&api, &name, &migration_uid, |s, vmi| {
+                let spec = vmi.clone();
+                if let Some(st) = vmi.status.as_mut() {
+                    hotplug::record(&spec, &outcome, st, &now);
+                }
                 s.target_node_domain_detected = Some(true);
                 s.target_node_domain_ready_timestamp.get_or_insert_with(|| Time(Timestamp::now()));
                 vmi.labels_mut().insert(label::NODE_NAME.into(), node.clone());

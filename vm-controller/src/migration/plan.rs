@@ -425,6 +425,8 @@ fn apply_over(
         return;
     }
     let taken_over = o.vmi.and_then(|v| v.status.as_ref()?.node_name.as_deref()) == s.target_node.as_deref();
+    // The target plugs a hotplug's vCPUs and memory in and records it in the same write that takes the VMI over
+    // (`node-agent/src/migration/target.rs`), so a Succeeded workload update has them.
     if s.completed == Some(true) && taken_over {
         status.set_phase(Phase::Succeeded, now);
         plan.actions.push(Action::Event {

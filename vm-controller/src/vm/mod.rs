@@ -13,6 +13,7 @@
 //! when to try again).
 
 pub mod instancetype;
+pub mod live;
 pub mod plan;
 
 use std::collections::BTreeMap;
@@ -139,6 +140,7 @@ async fn reconcile_once(vm: &VirtualMachine, ctx: &Context) -> Result<Requeue> {
         data_volumes,
         claims,
         started_template: started,
+        live: ctx.live_settings(),
         now: Time(Timestamp::now()),
     };
     let plan = plan::plan(&observed);
@@ -267,6 +269,14 @@ async fn apply(ctx: &Context, vm: &VirtualMachine, action: Action) -> std::resul
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(plain(kube(format!("annotating VMI {ns}/{name}"))(e))),
+            }
+        }
+        Action::PatchVmi(patch) => {
+            let api: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &ns);
+            match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => tracing::info!(vm = %format!("{ns}/{name}"), spec = %patch["spec"], "applied live to the VMI"),
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(plain(kube(format!("updating VMI {ns}/{name} live"))(e))),
             }
         }
         Action::StartHalted => {

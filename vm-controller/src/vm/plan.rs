@@ -29,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use kube::{Resource, ResourceExt};
 
 use super::instancetype::{Expansion, apply as apply_instancetype, conflict_message};
+use super::live;
 
 /// Event reason of a created VMI or DataVolume (upstream's).
 pub const EVENT_CREATED: &str = "SuccessfulCreate";
@@ -93,6 +94,8 @@ pub struct Observed<'a> {
     /// The instancetype and preference for a new VMI (read only when the VM names one and has no live VMI);
     /// `Err` carries the user's error ("Failure to find instancetype: …").
     pub expansion: Option<Result<Expansion, String>>,
+    /// The cluster's live-update settings.
+    pub live: live::Settings,
     /// Now.
     pub now: Time,
 }
@@ -115,6 +118,9 @@ pub enum Action {
     },
     /// Set the VMI's `kubevirt.io/vm-generation` annotation (a VM change that needs no restart).
     SetVmiGeneration(i64),
+    /// Apply this merge patch (live CPU, memory and placement changes; it carries the observed resourceVersion) to
+    /// the VMI.
+    PatchVmi(serde_json::Value),
     /// Patch the VM's spec to run (`runStrategy: Always`, or `running: true` for a legacy VM).
     StartHalted,
     /// Replace the VM's status.
@@ -482,23 +488,27 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     status.state_change_requests = (!requests.is_empty()).then_some(requests);
 
-    // A running VMI started from an older generation: no restart needed when the template is unchanged.
-    let mut restart_required = false;
+    // A running VMI started from an older generation: its changes are applied live where they can be
+    // (`live::plan`), else they wait for a restart; once the VMI has them all it carries the VM's generation.
+    let mut restart_required = None;
     if let (Some(v), Some(started)) = (o.vmi.filter(|v| is_live(v)), o.started_template.as_ref()) {
-        let current = serde_json::to_value(&vm.spec.template).unwrap_or_default();
-        if &current == started {
+        let out = live::plan(started, vm, v, &o.live);
+        if out.synced() {
             if let Some(g) = vm.metadata.generation {
                 plan.actions.push(Action::SetVmiGeneration(g));
             }
-        } else {
-            restart_required = v.metadata.deletion_timestamp.is_none();
+        } else if v.metadata.deletion_timestamp.is_none() {
+            if let Some(p) = out.patch {
+                plan.actions.push(Action::PatchVmi(p));
+            }
+            restart_required = out.restart;
         }
     }
     finish_status(o, &mut status, &strategy, creation_expected || decision.create, decision.delete);
     set_own_condition(
         &mut status,
         VmType::RestartRequired,
-        restart_required.then_some((ConditionStatus::True, "", MESSAGE_RESTART_REQUIRED)),
+        restart_required.as_deref().map(|m| (ConditionStatus::True, "", m)),
         &o.now,
     );
     // A refused create is reported by the apply step; it is cleared once the VMI exists or none is wanted.
@@ -753,6 +763,7 @@ mod tests {
             claims: BTreeMap::new(),
             started_template: None,
             expansion: None,
+            live: live::Settings::default(),
             now: now(),
         }
     }

@@ -16,6 +16,7 @@ pub mod evacuation;
 pub mod plan;
 pub mod pod;
 pub mod status;
+pub mod workload_update;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -194,6 +195,7 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         migration_in_flight: crate::migration::of_vmi(ctx, &vmi.namespace().unwrap_or_default(), &vmi.name_any())
             .iter()
             .any(|m| !m.is_final()),
+        workload_updates_migrate: ctx.workload_updates_migrate(),
         settings: &ctx.settings,
         now: Time(Timestamp::now()),
     };
@@ -245,7 +247,7 @@ async fn apply(ctx: &Context, vmi: &VirtualMachineInstance, action: Action) -> R
                 .await
                 .map_err(kube(format!("force-deleting pod {ns}/{pod}")))?;
         }
-        Action::CreateMigration(m) => {
+        Action::CreateMigration(m, cause) => {
             // The cache may lag a migration created a moment ago: the API server has the last word.
             let api: Api<crds::kubevirt::VirtualMachineInstanceMigration> = Api::namespaced(ctx.client.clone(), &ns);
             let selector = format!("{}={name}", contracts::kubevirt::consts::label::VMI_NAME);
@@ -259,15 +261,15 @@ async fn apply(ctx: &Context, vmi: &VirtualMachineInstance, action: Action) -> R
             let severity = controller_runtime::events::Severity::Normal;
             match api.create(&PostParams::default(), &m).await {
                 Ok(created) => {
-                    let message = format!("Created Migration {}", created.name_any());
-                    tracing::info!(vmi = %format!("{ns}/{name}"), migration = %created.name_any(), "evacuating");
+                    let message = cause.created_message(&created.name_any());
+                    tracing::info!(vmi = %format!("{ns}/{name}"), migration = %created.name_any(), ?cause, "migrating");
                     ctx.events.publish(vmi, severity, evacuation::EVENT_CREATED, &message).await;
                 }
                 Err(e) => {
-                    let message = format!("Error creating a Migration: {e}");
+                    let message = cause.failed_message(&e.to_string());
                     let warning = controller_runtime::events::Severity::Warning;
                     ctx.events.publish(vmi, warning, evacuation::EVENT_FAILED, &message).await;
-                    return Err(kube(format!("creating the evacuation migration of VMI {ns}/{name}"))(e));
+                    return Err(kube(format!("creating a migration of VMI {ns}/{name} ({cause:?})"))(e));
                 }
             }
         }

@@ -29,9 +29,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::evacuation;
 use super::pod::{self, Claim, PodSettings};
 use super::status::{self, PodState, not_ready};
+use super::{evacuation, workload_update};
 
 /// How long after a deleted VMI's grace period the controller waits for the node agent before deleting its pods.
 pub const NODE_AGENT_SLACK: Duration = Duration::from_secs(60);
@@ -96,6 +96,9 @@ pub struct Observed<'a> {
     pub lost_nodes: BTreeSet<String>,
     /// Whether a migration of the VMI that is not final exists (the evacuation step waits for it).
     pub migration_in_flight: bool,
+    /// Whether VMIs needing an update after a CPU or memory hotplug are live-migrated (the cluster's
+    /// `workloadUpdateMethods` hold `LiveMigrate`).
+    pub workload_updates_migrate: bool,
     /// Pod rendering settings.
     pub settings: &'a PodSettings,
     /// The current time.
@@ -111,8 +114,8 @@ pub enum Action {
     DeletePod(String),
     /// Delete the pod of this name with grace period 0: its node is lost and will never confirm the deletion.
     ForceDeletePod(String),
-    /// Create this evacuation migration ([`super::evacuation`]; events name it once created).
-    CreateMigration(Box<crds::kubevirt::VirtualMachineInstanceMigration>),
+    /// Create this migration (events name it once created).
+    CreateMigration(Box<crds::kubevirt::VirtualMachineInstanceMigration>, MigrationCause),
     /// Replace the VMI with this one (metadata and status changed; resourceVersion of the observed one).
     UpdateVmi(Box<VirtualMachineInstance>),
     /// Record an event on the VMI.
@@ -124,6 +127,35 @@ pub enum Action {
         /// Human-readable message.
         message: String,
     },
+}
+
+/// Why the VMI reconciler migrates a VMI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationCause {
+    /// Its node is drained ([`super::evacuation`]).
+    Evacuation,
+    /// It needs a launcher pod of another size after a CPU or memory hotplug ([`super::workload_update`]).
+    WorkloadUpdate,
+}
+
+impl MigrationCause {
+    /// The event message once created (upstream's).
+    pub fn created_message(&self, migration: &str) -> String {
+        match self {
+            MigrationCause::Evacuation => format!("Created Migration {migration}"),
+            MigrationCause::WorkloadUpdate => format!("Created Migration {migration} for automated workload update"),
+        }
+    }
+
+    /// The event message when the creation failed (upstream's).
+    pub fn failed_message(&self, error: &str) -> String {
+        match self {
+            MigrationCause::Evacuation => format!("Error creating a Migration: {error}"),
+            MigrationCause::WorkloadUpdate => {
+                format!("Error creating a Migration for automated workload update: {error}")
+            }
+        }
+    }
 }
 
 /// The result of planning.
@@ -494,8 +526,17 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                     _ => {
                         let active =
                             launchers.iter().filter(|p| !matches!(status::observe(p), PodState::Down { .. })).count();
+                        workload_update::conditions(vmi, &mut status, now);
                         if let Some(m) = evacuation::migration(vmi, o.migration_in_flight, active) {
-                            actions.push(Action::CreateMigration(Box::new(m)));
+                            actions.push(Action::CreateMigration(Box::new(m), MigrationCause::Evacuation));
+                        } else if let Some(m) = workload_update::migration(
+                            vmi,
+                            &status,
+                            o.workload_updates_migrate,
+                            o.migration_in_flight,
+                            active,
+                        ) {
+                            actions.push(Action::CreateMigration(Box::new(m), MigrationCause::WorkloadUpdate));
                         }
                     }
                 }
@@ -592,6 +633,7 @@ mod tests {
             has_data_volumes,
             lost_nodes,
             migration_in_flight: false,
+            workload_updates_migrate: false,
             settings: &s,
             now: t(now),
         })
@@ -615,7 +657,7 @@ mod tests {
                 Action::DeletePod(_) => "delete",
                 Action::ForceDeletePod(_) => "force-delete",
                 Action::UpdateVmi(_) => "update",
-                Action::CreateMigration(_) => "migrate",
+                Action::CreateMigration(..) => "migrate",
                 Action::Event { .. } => "event",
             })
             .collect()
@@ -694,6 +736,7 @@ mod tests {
                 has_data_volumes: false,
                 lost_nodes: BTreeSet::new(),
                 migration_in_flight: in_flight,
+                workload_updates_migrate: false,
                 settings: &s,
                 now: t(100),
             })
@@ -703,7 +746,7 @@ mod tests {
             .actions
             .iter()
             .filter_map(|a| match a {
-                Action::CreateMigration(m) => Some(m.spec.vmi_name.clone()),
+                Action::CreateMigration(m, _) => Some(m.spec.vmi_name.clone()),
                 _ => None,
             })
             .collect();
@@ -713,7 +756,7 @@ mod tests {
         assert_eq!(cond(&u, Type::EvictionRequested), Some((ConditionStatus::True, Some("EvictionRequested".into()))));
         // With the migration in flight: no second one, looked at again.
         let p = observe(&u, true);
-        assert!(!p.actions.iter().any(|a| matches!(a, Action::CreateMigration(_))));
+        assert!(!p.actions.iter().any(|a| matches!(a, Action::CreateMigration(..))));
         assert_eq!(p.requeue, Some(EVACUATION_RECHECK));
         // Moved and unmarked (the target node agent's hand-over): the condition goes.
         let mut moved = u.clone();
@@ -721,7 +764,7 @@ mod tests {
         st.evacuation_node_name = None;
         st.node_name = Some("node1".into());
         let p = observe(&moved, false);
-        assert!(!p.actions.iter().any(|a| matches!(a, Action::CreateMigration(_))));
+        assert!(!p.actions.iter().any(|a| matches!(a, Action::CreateMigration(..))));
         assert_eq!(cond(&updated(&p), Type::EvictionRequested), None);
         assert_eq!(p.requeue, None);
     }

@@ -8,6 +8,8 @@ echo "KUBEVIRT-RS-GUEST-UP"
 echo "hostname=$(hostname)"
 echo "uptime=$(cut -d' ' -f1 /proc/uptime)"
 echo "kernel=$(uname -r)"
+echo "cpus=$(grep -c '^processor' /proc/cpuinfo)"
+echo "memory-kib=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)"
 echo "addresses=$(ip -4 -o addr show scope global | awk '{ printf "%s%s", sep, $4; sep = "," }')"
 # busybox httpd listens on a dual-stack socket: IPv4 clients show up as [::ffff:A.B.C.D].
 client=${REMOTE_ADDR:-}

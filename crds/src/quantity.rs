@@ -193,6 +193,16 @@ impl Quantity {
         K8sQuantity(self.canonical())
     }
 
+    /// `milli` thousandths written in `format` (Go's `resource.NewMilliQuantity`).
+    pub fn from_milli(milli: i64, format: Format) -> Quantity {
+        Quantity { nanos: i128::from(milli) * 1_000_000, format }
+    }
+
+    /// The sum, in this quantity's format (Go's `Add`).
+    pub fn plus(&self, other: Quantity) -> Quantity {
+        Quantity { nanos: self.nanos.saturating_add(other.nanos), format: self.format }
+    }
+
     /// This quantity multiplied by an integer, keeping the format.
     pub fn times(&self, factor: i64) -> Quantity {
         Quantity { nanos: self.nanos.saturating_mul(i128::from(factor)), format: self.format }
@@ -239,6 +249,14 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn sums_keep_the_first_format() {
+        assert_eq!(q("100m").plus(Quantity::from_milli(200, Format::DecimalSi)).canonical(), "300m");
+        assert_eq!(q("1").plus(Quantity::from_milli(100, Format::DecimalSi)).canonical(), "1100m");
+        assert_eq!(q("1Gi").plus(q("512Mi")).canonical(), "1536Mi");
+        assert_eq!(q("1Gi").plus(q("-512Mi")).canonical(), "512Mi");
     }
 
     #[test]
