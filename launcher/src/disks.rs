@@ -103,12 +103,6 @@ pub enum Error {
         /// The source's field name.
         source_kind: &'static str,
     },
-    /// A hotpluggable PVC or DataVolume (they are attached later, not through the pod).
-    #[error("volume {volume:?}: hotpluggable volumes are not supported by this launcher")]
-    Hotpluggable {
-        /// The volume.
-        volume: String,
-    },
     /// An emptyDisk capacity that is not a size.
     #[error("volume {volume:?}: emptyDisk capacity {capacity:?} is not a positive size")]
     Capacity {
@@ -247,9 +241,10 @@ fn sources(v: &Volume) -> Vec<&'static str> {
     .collect()
 }
 
-/// Plans every volume of the spec, in order.
+/// Plans every volume of the spec, in order, except hotpluggable ones (the node agent brings those into the pod
+/// from their attachment pods, `node-agent/src/volumes.rs`).
 pub fn plan(volumes: &[Volume]) -> Result<Vec<VolumePlan>, Error> {
-    volumes.iter().map(plan_volume).collect()
+    volumes.iter().filter(|v| !v.is_hotpluggable()).map(plan_volume).collect()
 }
 
 fn plan_volume(v: &Volume) -> Result<VolumePlan, Error> {
@@ -292,18 +287,8 @@ fn plan_volume(v: &Volume) -> Result<VolumePlan, Error> {
         ("cloudInitConfigDrive", Volume { cloud_init_config_drive: Some(s), .. }) => {
             cloud_init(Flavor::ConfigDrive, s, launcher::cloud_init_config_drive_disk(name))
         }
-        ("persistentVolumeClaim", Volume { persistent_volume_claim: Some(p), .. }) => {
-            if p.hotpluggable == Some(true) {
-                return Err(Error::Hotpluggable { volume });
-            }
-            pvc()
-        }
-        ("dataVolume", Volume { data_volume: Some(d), .. }) => {
-            if d.hotpluggable == Some(true) {
-                return Err(Error::Hotpluggable { volume });
-            }
-            pvc()
-        }
+        ("persistentVolumeClaim", Volume { persistent_volume_claim: Some(_), .. }) => pvc(),
+        ("dataVolume", Volume { data_volume: Some(_), .. }) => pvc(),
         (source_kind, _) => return Err(Error::Unsupported { volume, source_kind }),
     };
     Ok(VolumePlan { volume, action })
@@ -615,15 +600,17 @@ mod tests {
                 serde_json::json!({"name": "f", "emptyDisk": {"capacity": "0"}}),
                 "volume \"f\": emptyDisk capacity \"0\" is not a positive size",
             ),
-            (
-                serde_json::json!({"name": "g", "persistentVolumeClaim": {"claimName": "p", "hotpluggable": true}}),
-                "volume \"g\": hotpluggable volumes are not supported by this launcher",
-            ),
         ];
         for (v, want) in cases {
             assert_eq!(err(v.clone()).as_deref(), Some(want), "{v}");
         }
         assert!(plan(&[]).unwrap().is_empty());
+        // Hotpluggable volumes are the node agent's: not planned here.
+        let hot: Volume = serde_json::from_value(
+            serde_json::json!({"name": "g", "persistentVolumeClaim": {"claimName": "p", "hotpluggable": true}}),
+        )
+        .unwrap();
+        assert!(plan(&[hot]).unwrap().is_empty());
     }
 
     #[test]

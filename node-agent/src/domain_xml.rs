@@ -977,7 +977,8 @@ fn pci_address(field: &str, addr: &str) -> Result<Element> {
 }
 
 /// Linux-style device names: `vda` … `vdz`, `vdaa`, … (upstream's `FormatDeviceName`).
-fn device_name(prefix: &str, mut index: usize) -> String {
+/// The `index`-th device name with `prefix` (`sda`, …, `sdz`, `sdaa`, …), as upstream's converter names them.
+pub fn device_name(prefix: &str, mut index: usize) -> String {
     let mut letters = Vec::new();
     loop {
         letters.push(char::from(b'a' + u8::try_from(index % 26).unwrap_or(0)));

@@ -14,7 +14,8 @@
 //! * [`phase`] (pure): libvirt state and reason → VMI phase.
 //! * [`agent`]: the reconciler of the node's VMIs; [`server`]: the node API virt-api calls (console, VNC, pause).
 //! * [`migration`]: live migration between two node agents (source job, target listeners, TLS proxies).
-//! * [`hotplug`]: CPU and memory hotplug in a running domain after a workload-update migration.
+//! * [`hotplug`]: CPU and memory hotplug in a running domain after a workload-update migration; [`volumes`]:
+//!   hotplugged volumes into the launcher pod and the guest, and out again.
 //!
 //! The paths the XML points at are the launcher pod contract's (`contracts::kubevirt::launcher`); the launcher
 //! prepares the files there.
@@ -30,4 +31,5 @@ pub mod phase;
 pub mod pod_setup;
 pub mod screenshot;
 pub mod server;
+pub mod volumes;
 mod xml;

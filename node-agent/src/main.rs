@@ -42,6 +42,16 @@ fn main() -> ExitCode {
         eprintln!("error: {}", node_agent::pod_setup::enter_pod(&argv[2..]));
         return ExitCode::from(1);
     }
+    // `hotplug-volume`: a hotplugged volume into or out of a launcher pod (node_agent::volumes), likewise.
+    if argv.get(1).map(String::as_str) == Some(node_agent::volumes::HOTPLUG_VOLUME) {
+        return match node_agent::volumes::hotplug_volume_main(&argv[2..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     binary::init_logging("RUST_LOG", "info,kube=warn");
     let args = Args::parse();
     binary::run(run(args))

@@ -1,11 +1,12 @@
 //! `virtctl addvolume VMI` and `virtctl removevolume VMI` with upstream virtctl's flags, output and errors
-//! (upstream `pkg/virtctl/vm/add_volume.go`, `remove_volume.go`; contract §7.5, §8):
+//! (upstream v1.8 `pkg/virtctl/vm/add_volume.go`, `remove_volume.go`; contract §7.5, §8):
 //!
 //! ```text
 //! addvolume VMI --volume-name=V [--serial=S] [--cache=none|writethrough|writeback] [--persist] [--dry-run]
 //!               [--disk-type=disk|lun] [--bus=scsi|virtio]
 //!   V is a DataVolume, else a PVC (else "error adding volume, Volume V is not a DataVolume or PersistentVolumeClaim")
-//!   PUT subresources.kubevirt.io/v1 …/virtualmachineinstances/VMI/addvolume (--persist: …/virtualmachines/VMI/…)
+//!   PUT subresources.kubevirt.io/v1 …/virtualmachines/VMI/addvolume (the VM's template, so its running VMI too);
+//!   the VM not found (404): …/virtualmachineinstances/VMI/addvolume (a VMI of its own); --persist: no effect
 //!   body AddVolumeOptions{name, disk{disk|lun{bus}, serial (default V), cache}, volumeSource, dryRun}
 //!   ─► "Successfully submitted add volume request to VM VMI for volume V" | "error adding volume, <message>"
 //! removevolume VMI --volume-name=V [--persist] [--dry-run]
@@ -40,7 +41,7 @@ pub struct AddVolumeArgs {
     /// Caching options attribute control the cache mechanism.
     #[arg(long, default_value = "")]
     pub cache: String,
-    /// If set, the added volume will be persisted in the VM spec (if it exists).
+    /// [deprecated] this flag has no effect and will be removed in a future release.
     #[arg(long)]
     pub persist: bool,
     /// Validate the request on the server and change nothing.
@@ -62,7 +63,7 @@ pub struct RemoveVolumeArgs {
     /// Name used in volumes section of spec.
     #[arg(long = "volume-name", required = true)]
     pub volume_name: String,
-    /// If set, the volume is removed from the VM spec too.
+    /// [deprecated] this flag has no effect and will be removed in a future release.
     #[arg(long)]
     pub persist: bool,
     /// Validate the request on the server and change nothing.
@@ -125,22 +126,36 @@ pub fn remove_body(args: &RemoveVolumeArgs) -> Value {
     body
 }
 
-/// The subresource path: `sub` of VMI `name` (or of VM `name` when `persist`).
-pub fn path(namespace: &str, name: &str, persist: bool, sub: &str) -> String {
-    let resource = if persist { "virtualmachines" } else { "virtualmachineinstances" };
+/// The subresource path: `sub` of VM `name` (`vm`), else of VMI `name`.
+pub fn path(namespace: &str, name: &str, vm: bool, sub: &str) -> String {
+    let resource = if vm { "virtualmachines" } else { "virtualmachineinstances" };
     format!("/apis/{SUBRESOURCES_GROUP}/{VERSION}/namespaces/{namespace}/{resource}/{name}/{sub}")
 }
 
-/// Sends `body` to `path`, again (at most [`MAX_RETRIES`] times in all) while it is refused for a concurrent
-/// change; `Err` with `None` when every attempt was.
-async fn send(client: &kube::Client, path: &str, body: &Value) -> Result<(), Option<kube::Error>> {
+async fn put(client: &kube::Client, path: &str, body: &Value) -> Result<(), kube::Error> {
+    let request = http::Request::put(path)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string().into_bytes())
+        .map_err(kube::Error::HttpError)?;
+    client.request_text(request).await.map(drop)
+}
+
+/// Sends `body` to `sub` of VM `name`, or of VMI `name` when there is no such VM, again (at most [`MAX_RETRIES`]
+/// times in all) while it is refused for a concurrent change; `Err` with `None` when every attempt was.
+async fn send(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    sub: &str,
+    body: &Value,
+) -> Result<(), Option<kube::Error>> {
     for attempt in 1..=MAX_RETRIES {
-        let request = http::Request::put(path)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string().into_bytes())
-            .map_err(|e| Some(kube::Error::HttpError(e)))?;
-        match client.request_text(request).await {
-            Ok(_) => return Ok(()),
+        let sent = match put(client, &path(namespace, name, true, sub), body).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => put(client, &path(namespace, name, false, sub), body).await,
+            other => other,
+        };
+        match sent {
+            Ok(()) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 && s.message.contains("the object has been modified") => {
                 tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt) * 20)).await;
             }
@@ -166,7 +181,7 @@ pub async fn add(args: &AddVolumeArgs, client: kube::Client, namespace: &str) ->
     };
     let body = add_body(args, source)?;
     let dry = if args.dry_run { "Dry Run execution\n" } else { "" };
-    match send(&client, &path(namespace, &args.name, args.persist, "addvolume"), &body).await {
+    match send(&client, namespace, &args.name, "addvolume", &body).await {
         Ok(()) => Ok(format!(
             "{dry}Successfully submitted add volume request to VM {} for volume {}",
             args.name, args.volume_name
@@ -179,7 +194,7 @@ pub async fn add(args: &AddVolumeArgs, client: kube::Client, namespace: &str) ->
 /// `virtctl removevolume`: `Ok` with the line to print, `Err` with upstream's error text.
 pub async fn remove(args: &RemoveVolumeArgs, client: kube::Client, namespace: &str) -> Result<String, String> {
     let dry = if args.dry_run { "Dry Run execution\n" } else { "" };
-    match send(&client, &path(namespace, &args.name, args.persist, "removevolume"), &remove_body(args)).await {
+    match send(&client, namespace, &args.name, "removevolume", &remove_body(args)).await {
         Ok(()) => Ok(format!(
             "{dry}Successfully submitted remove volume request to VM {} for volume {}",
             args.name, args.volume_name

@@ -111,10 +111,10 @@ where
     }
 }
 
-/// The label selector of every launcher pod.
+/// The label selector of every launcher pod and hotplug attachment pod.
 pub fn launcher_pod_selector() -> String {
     use contracts::kubevirt::consts::label;
-    format!("{}={}", label::KUBEVIRT, label::VIRT_LAUNCHER)
+    format!("{} in ({},{})", label::KUBEVIRT, label::VIRT_LAUNCHER, label::HOTPLUG_DISK)
 }
 
 /// One reconcile of `obj` by `controller` (its metrics name), started over from a fresh copy of the object when

@@ -20,7 +20,7 @@ use crds::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube_test_support::{Error, Result, poll_object, poll_until};
-use stack_support::vmi::{MARKER, VmiEnv, http_get, vmi_ip};
+use stack_support::vmi::{MARKER, VmiEnv, http_get, http_get_url, vmi_ip};
 use stack_support::{local_images, upstream_example};
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
@@ -207,5 +207,210 @@ async fn more_sockets_and_memory_reach_the_running_guest_through_a_workload_upda
     assert_eq!(vmi_now.uid(), vmi.uid(), "the same VMI");
     assert_eq!(vmi_now.spec.domain.cpu.as_ref().and_then(|c| c.sockets), Some(2), "nothing applied live");
     assert_eq!(vmims.list(&ListParams::default().labels(&selector)).await?.items.len(), migrations_before);
+    env.ns.clone().delete().await
+}
+
+/// `(device, bytes)` of the last `KUBEVIRT-RS-GUEST-DISKS` line of `log`.
+fn disks(log: &str) -> Option<Vec<(String, u64)>> {
+    let line = log.lines().rev().find(|l| l.contains("KUBEVIRT-RS-GUEST-DISKS"))?;
+    let list = line.split("KUBEVIRT-RS-GUEST-DISKS").nth(1)?;
+    list.split_whitespace()
+        .map(|d| d.split_once('=').and_then(|(n, b)| Some((n.to_owned(), b.parse().ok()?))))
+        .collect()
+}
+
+/// A 64Mi claim `name` (`Filesystem` or `Block`) holding `marker` at its start (the image `disk.img` of a
+/// Filesystem claim, the device itself of a Block one), written by a busybox pod that then exits.
+async fn claim_with_marker(env: &VmiEnv, name: &str, mode: &str, marker: &str) -> Result<()> {
+    let (volume_use, write) = if mode == "Block" {
+        (
+            "volumeDevices: [{name: data, devicePath: /dev/data}]".to_owned(),
+            format!("printf '{marker}' | dd of=/dev/data conv=notrunc 2>/dev/null"),
+        )
+    } else {
+        (
+            "volumeMounts: [{name: data, mountPath: /data}]".to_owned(),
+            format!("printf '{marker}' > /data/disk.img && truncate -s 64M /data/disk.img"),
+        )
+    };
+    let yaml = format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  \
+         volumeMode: {mode}\n  resources: {{requests: {{storage: 64Mi}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: write-{name}}}\n\
+         spec:\n  restartPolicy: Never\n  containers:\n  - name: w\n    image: {image}\n    command: [/bin/sh, -c, \"{write}\"]\n    \
+         {volume_use}\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {name}}}}}]\n",
+        image = kube_test_support::test_image("busybox"),
+    );
+    env.kubectl_manifest("create", &yaml)?;
+    poll_object(
+        &env.pods(),
+        &format!("write-{name}"),
+        Duration::from_secs(120),
+        |p: &k8s_openapi::api::core::v1::Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"),
+    )
+    .await
+    .map_err(|e| err(format!("writing the marker into {name}: {e}")))?;
+    env.kubectl(&["delete", "pod", &format!("write-{name}"), "--wait=true"])?;
+    Ok(())
+}
+
+fn volume_status(vmi: &VirtualMachineInstance, name: &str) -> Option<crds::kubevirt::vmi::VolumeStatus> {
+    vmi.status.as_ref()?.volume_status.as_ref()?.iter().find(|s| s.name == name).cloned()
+}
+
+/// Waits for volume `name` to be Ready on the VMI and for the guest to see a new disk of 64Mi holding `marker`;
+/// returns the guest device.
+async fn hotplugged(env: &VmiEnv, vm: &str, pod: &str, name: &str, marker: &str) -> Result<String> {
+    let vmi = poll_object(&env.vmis(), vm, Duration::from_secs(120), |v: &VirtualMachineInstance| {
+        volume_status(v, name).is_some_and(|s| s.phase == Some(crds::kubevirt::vmi::VolumePhase::Ready))
+    })
+    .await
+    .map_err(|e| err(format!("volume {name} Ready: {e}\n{}", describe(env, vm))))?;
+    let st = volume_status(&vmi, name).unwrap_or_default();
+    assert_eq!(st.reason.as_deref(), Some("VolumeReady"), "{st:?}");
+    assert_eq!(st.message, Some(format!("Successfully attach hotplugged volume {name} to VM")), "{st:?}");
+    let attach_pod = st.hotplug_volume.as_ref().and_then(|h| h.attach_pod_name.clone()).unwrap_or_default();
+    assert!(attach_pod.starts_with("hp-volume-"), "{st:?}");
+    let attachment = env.pods().get(&attach_pod).await?;
+    assert_eq!(attachment.labels().get("kubevirt.io").map(String::as_str), Some("hotplug-disk"));
+    assert_eq!(
+        attachment.spec.as_ref().and_then(|s| s.node_name.clone()),
+        vmi.status.as_ref().and_then(|s| s.node_name.clone()),
+        "the attachment pod runs on the VMI's node"
+    );
+    let target = st.target.clone();
+    assert!(target.starts_with("sd"), "{st:?}");
+    poll_until(&format!("the guest to see {target}"), Duration::from_secs(60), || async {
+        disks(&env.console(pod)).filter(|d| d.iter().any(|(n, b)| *n == target && *b == 64 << 20))
+    })
+    .await
+    .map_err(|e| err(format!("{e}\n{}", env.console(pod))))?;
+    let page = http_get_url(&format!("http://{}/?disk={target}", vmi_ip(&vmi))).await?;
+    assert!(page.contains(&format!("disk={target} head={marker}")), "the guest reads the claim's bytes: {page}");
+    Ok(target)
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster with the stack installed"]
+async fn volumes_hotplug_into_a_running_vm_and_out_again_with_upstreams_virtctl_and_ours() -> Result<()> {
+    let env = VmiEnv::on_installed_stack("hotplug-volume").await?;
+    let vm = "vm-volumes";
+    let yaml = local_images(&upstream_example("vm-cirros.yaml")?, &env.image)
+        .replace("vm-cirros", vm)
+        .replace("runStrategy: Halted", "runStrategy: Always");
+    env.kubectl_manifest("create", &yaml)?;
+    // A VMI of its own beside the VM (booting meanwhile): the VMI path.
+    let alone = stack_support::local_images(&upstream_example("vmi-migratable.yaml")?, &env.image)
+        .replace("name: vmi-migratable", "name: vmi-alone");
+    env.kubectl_manifest("create", &alone)?;
+    claim_with_marker(&env, "data", "Filesystem", "KUBEVIRT-RS-HOTPLUG-FS").await?;
+    claim_with_marker(&env, "raw", "Block", "KUBEVIRT-RS-HOTPLUG-BLOCK").await?;
+    claim_with_marker(&env, "solo", "Filesystem", "KUBEVIRT-RS-HOTPLUG-SOLO").await?;
+    let vmi = env.wait_phase(vm, VirtualMachineInstancePhase::Running, BOOT_TIMEOUT).await?;
+    let pod = env.launcher_pod(&vmi).await?.name_any();
+    let console = env.wait_console(&pod, "KUBEVIRT-RS-GUEST-DISKS", BOOT_TIMEOUT).await?;
+    let before = disks(&console).ok_or_else(|| err(format!("no disks line:\n{console}")))?;
+    let upstream =
+        tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
+    let ours = kube_test_support::workspace_binary("virtctl")?;
+    let virtctl = |bin: &std::path::Path, args: &[&str]| -> Result<(i32, String)> {
+        let out = std::process::Command::new(bin)
+            .arg("--kubeconfig")
+            .arg(env.cluster.kubeconfig())
+            .args(["-n", env.ns.name()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(Error::io("virtctl"))?;
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        Ok((out.status.code().unwrap_or(-1), text))
+    };
+
+    // The VMI path on a VM's VMI: refused as upstream's virt-api does (DeclarativeHotplugVolumes).
+    let body = serde_json::json!({"name": "data", "disk": {"disk": {"bus": "scsi"}},
+        "volumeSource": {"persistentVolumeClaim": {"claimName": "data"}}});
+    let raw = format!(
+        "/apis/subresources.kubevirt.io/v1/namespaces/{}/virtualmachineinstances/{vm}/addvolume",
+        env.ns.name()
+    );
+    let refused = env.cluster.kubectl_with_manifest(&["replace", "--raw", &raw], &body.to_string())?;
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && text.contains(&format!("VMI {}/{vm} is owned by a VM", env.ns.name())),
+        "{text}"
+    );
+
+    // Upstream's virtctl (v1.8: the VM's template first): the Filesystem claim, into the running guest.
+    let (code, out) = virtctl(&upstream, &["addvolume", vm, "--volume-name=data"])?;
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("Successfully submitted add volume request to VM {vm} for volume data").as_str())
+    );
+    let data_dev = hotplugged(&env, vm, &pod, "data", "KUBEVIRT-RS-HOTPLUG-FS").await?;
+    // Ours: the Block claim.
+    let (code, out) = virtctl(&ours, &["addvolume", vm, "--volume-name=raw", "--persist", "--serial=raw-1"])?;
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("Successfully submitted add volume request to VM {vm} for volume raw").as_str())
+    );
+    let raw_dev = hotplugged(&env, vm, &pod, "raw", "KUBEVIRT-RS-HOTPLUG-BLOCK").await?;
+    assert_ne!(data_dev, raw_dev);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), env.ns.name());
+    let vm_now = vms.get(vm).await?;
+    let template_volumes: Vec<String> = vm_now
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert!(template_volumes.contains(&"data".to_owned()) && template_volumes.contains(&"raw".to_owned()));
+    let restart =
+        vm_now.status.as_ref().and_then(|s| s.condition(&VirtualMachineConditionType::RestartRequired).cloned());
+    assert!(restart.is_none(), "a hotplug needs no restart: {restart:?}");
+
+    // Out again (upstream's virtctl, then ours): the guest loses the disk, the status entry and the pod go.
+    let (code, out) = virtctl(&upstream, &["removevolume", vm, "--volume-name=data"])?;
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("Successfully submitted remove volume request to VM {vm} for volume data").as_str())
+    );
+    let (code, out) = virtctl(&ours, &["removevolume", vm, "--volume-name=raw", "--persist"])?;
+    assert_eq!(code, 0, "{out}");
+    poll_until("the guest to lose both disks", Duration::from_secs(120), || async {
+        disks(&env.console(&pod)).filter(|d| *d == before)
+    })
+    .await
+    .map_err(|e| err(format!("{e}\n{}\n{}", env.console(&pod), describe(&env, vm))))?;
+    poll_until("the volume statuses and attachment pods to go", Duration::from_secs(120), || async {
+        let vmi = env.vmis().get(vm).await.ok()?;
+        let pods = env.pods().list(&ListParams::default().labels("kubevirt.io=hotplug-disk")).await.ok()?;
+        (volume_status(&vmi, "data").is_none() && volume_status(&vmi, "raw").is_none() && pods.items.is_empty())
+            .then_some(())
+    })
+    .await
+    .map_err(|e| err(format!("{e}\n{}", describe(&env, vm))))?;
+    // Nothing rebooted.
+    assert_eq!(env.console(&pod).matches(MARKER).count(), 1, "one boot");
+
+    // The VMI of its own (no VM of that name: upstream's virtctl falls back to the VMI path).
+    let solo = env.wait_phase("vmi-alone", VirtualMachineInstancePhase::Running, BOOT_TIMEOUT).await?;
+    let solo_pod = env.launcher_pod(&solo).await?.name_any();
+    let solo_before = disks(&env.wait_console(&solo_pod, "KUBEVIRT-RS-GUEST-DISKS", BOOT_TIMEOUT).await?);
+    let (code, out) = virtctl(&upstream, &["addvolume", "vmi-alone", "--volume-name=solo"])?;
+    assert_eq!(code, 0, "{out}");
+    hotplugged(&env, "vmi-alone", &solo_pod, "solo", "KUBEVIRT-RS-HOTPLUG-SOLO").await?;
+    let (code, out) = virtctl(&ours, &["removevolume", "vmi-alone", "--volume-name=solo"])?;
+    assert_eq!(code, 0, "{out}");
+    poll_until("the standalone guest to lose the disk", Duration::from_secs(120), || async {
+        disks(&env.console(&solo_pod)).filter(|d| Some(d) == solo_before.as_ref())
+    })
+    .await
+    .map_err(|e| err(format!("{e}\n{}", describe(&env, "vmi-alone"))))?;
+    let (code, out) = virtctl(&ours, &["removevolume", vm, "--volume-name=data", "--persist"])?;
+    assert_ne!(code, 0);
+    assert!(out.contains("Unable to remove volume [data] because it does not exist"), "{out}");
     env.ns.clone().delete().await
 }

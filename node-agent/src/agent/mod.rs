@@ -94,6 +94,8 @@ fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 pub struct Stores {
     /// Launcher pods on this node.
     pub pods: Store<Pod>,
+    /// Hotplug attachment pods on this node.
+    pub attachments: Store<Pod>,
     /// The cluster's KubeVirt configuration objects.
     pub kubevirts: Store<KubeVirt>,
 }
@@ -350,6 +352,14 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
     if let (Some(unpaused), Some(p)) = (plan.unpaused, &pod) {
         set_unpaused(ctx, p, unpaused).await?;
     }
+    // Hotplugged volumes of a guest running here (not while it migrates away).
+    if let (Some(p), Some(d), DomainView::Present { state: DomainState::Running | DomainState::Paused, .. }) =
+        (&pod, &dir, &observed.domain)
+        && matches!(observed.migration, plan::MigrationRole::None)
+        && vmi.phase() == crds::kubevirt::VirtualMachineInstancePhase::Running
+    {
+        sync_volumes(ctx, vmi, p, d).await?;
+    }
     // The source side of a live migration, once the guest runs here.
     if let (Some(p), Some(d), DomainView::Present { .. }) = (&pod, &dir, &observed.domain)
         && vmi.status.as_ref().is_some_and(|s| s.migration_state.is_some())
@@ -370,6 +380,179 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         ctx.acpi_sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&uid);
     }
     Ok(plan.requeue.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+/// Brings the VMI's hotplugged volumes in line with its spec ([`crate::volumes`]): mounts into the launcher pod
+/// `pod` (socket directory `dir`), attaches, detaches, unmounts; records the phases in `volumeStatus` (read fresh),
+/// with an event each, and `LiveMigratable` again after an attach or detach (the claims changed).
+async fn sync_volumes(ctx: &Context, vmi: &VirtualMachineInstance, pod: &Pod, dir: &SocketDir) -> Result<(), Error> {
+    use crate::volumes::{self, Step};
+    let hot: std::collections::BTreeSet<String> =
+        vmi.spec.volumes.iter().flatten().filter(|v| v.is_hotpluggable()).map(|v| v.name.clone()).collect();
+    let status = vmi.status.clone().unwrap_or_default().volume_status.unwrap_or_default();
+    if hot.is_empty() && !status.iter().any(|s| s.hotplug_volume.is_some()) {
+        return Ok(());
+    }
+    let (ns, name) = (vmi.namespace().unwrap_or_default(), vmi.name_any());
+    let Some(launcher_pid) = volumes::container_pid(pod, contracts::kubevirt::launcher::COMPUTE_CONTAINER) else {
+        return Ok(());
+    };
+    let attachment_pods = ctx.stores.attachments.state();
+    let (uri, domain) = (dir.libvirt_uri(), domain_name(&ns, &name));
+    let xml = {
+        let (uri, domain) = (uri.clone(), domain.clone());
+        blocking(move || Libvirt::connect(&uri)?.lookup(&domain)?.map(|d| d.xml()).transpose()).await?
+    };
+    let Some(xml) = xml else { return Ok(()) };
+    let (attached, targets) = volumes::domain_disks(&xml);
+    let mounted = status
+        .iter()
+        .map(|s| s.name.clone())
+        .filter(|v| {
+            volumes::present(launcher_pid, &contracts::kubevirt::launcher::hotplug_disk(v))
+                || volumes::present(launcher_pid, &contracts::kubevirt::launcher::hotplug_device(v))
+        })
+        .collect();
+    let observed = volumes::Observed {
+        wanted: hot,
+        status: status.clone(),
+        attachments: volumes::attachments(&attachment_pods, &pod.uid().unwrap_or_default()),
+        mounted,
+        attached,
+        targets,
+    };
+    let mut records: Vec<(String, volumes::Transition, Option<String>)> = Vec::new();
+    let mut claims_changed = false;
+    for (step, phase) in volumes::plan(&observed) {
+        let done: Result<Option<String>, String> = match &step {
+            Step::Mount { volume, mode } => {
+                let from = attachment_pods
+                    .iter()
+                    .find(|p| p.metadata.uid.as_deref() == observed.attachments.get(volume).map(|a| a.uid.as_str()))
+                    .and_then(|p| volumes::container_pid(p, "hotplug-disk"));
+                match from {
+                    Some(from) => {
+                        let (v, m) = (volume.clone(), *mode);
+                        blocking(move || volumes::mount(from, launcher_pid, &v, m))
+                            .await
+                            .map(|()| None)
+                            .map_err(|e| e.to_string())
+                    }
+                    None => Err("the attachment pod's process is not found".into()),
+                }
+            }
+            Step::Attach { volume, mode, target } | Step::Detach { volume, mode, target } => {
+                let pvc_mode = match mode {
+                    volumes::Mode::Filesystem => crate::domain_xml::PvcVolumeMode::Filesystem,
+                    volumes::Mode::Block => crate::domain_xml::PvcVolumeMode::Block,
+                };
+                let ctx_xml = crate::domain_xml::ConvertContext::new(crate::domain_xml::Acceleration::Emulation)
+                    .with_pvc_mode(volume, pvc_mode)
+                    .with_hotplugged(volume, target);
+                // A detached volume is no longer in the spec: its disk comes from the last known definition.
+                let mut source = vmi.clone();
+                if matches!(step, Step::Detach { .. }) {
+                    source.spec.volumes.get_or_insert_with(Vec::new).push(crds::kubevirt::volume::Volume {
+                        name: volume.clone(),
+                        persistent_volume_claim: Some(crds::kubevirt::volume::PersistentVolumeClaimVolumeSource {
+                            claim_name: volume.clone(),
+                            hotpluggable: Some(true),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    });
+                    source
+                        .spec
+                        .domain
+                        .devices
+                        .disks
+                        .get_or_insert_with(Vec::new)
+                        .push(crds::kubevirt::domain::Disk { name: volume.clone(), ..Default::default() });
+                }
+                match crate::domain_xml::hotplug_disk_xml(&source, &ctx_xml, volume) {
+                    Ok(disk) => {
+                        let (uri, domain, attach, t) =
+                            (uri.clone(), domain.clone(), matches!(step, Step::Attach { .. }), target.clone());
+                        claims_changed = true;
+                        blocking(move || {
+                            let dom = Libvirt::connect(&uri)?.lookup(&domain)?;
+                            match dom {
+                                Some(d) if attach => d.attach_device(&disk),
+                                Some(d) => d.detach_device(&disk),
+                                None => Ok(()),
+                            }
+                        })
+                        .await
+                        .map(|()| Some(t))
+                        .map_err(|e| e.line())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Step::Unmount { volume } => {
+                let v = volume.clone();
+                blocking(move || volumes::unmount(launcher_pid, &v)).await.map(|()| None).map_err(|e| e.to_string())
+            }
+            Step::Record { .. } => Ok(None),
+        };
+        let volume = match &step {
+            Step::Mount { volume, .. }
+            | Step::Attach { volume, .. }
+            | Step::Detach { volume, .. }
+            | Step::Unmount { volume }
+            | Step::Record { volume } => volume.clone(),
+        };
+        match done {
+            Ok(target) => {
+                tracing::info!(vmi = %format!("{ns}/{name}"), ?step, "hotplug volume step");
+                if let Some(p) = phase {
+                    records.push((volume, p, target.filter(|_| matches!(step, Step::Attach { .. }))));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(vmi = %format!("{ns}/{name}"), ?step, error = %e, "hotplug volume step failed");
+                ctx.events
+                    .publish(vmi, Severity::Warning, plan::event::SYNC_FAILED, &format!("volume {volume}: {e}"))
+                    .await;
+            }
+        }
+    }
+    if records.is_empty() && !claims_changed {
+        return Ok(());
+    }
+    let unshared = if claims_changed { Some(unshared_claims(ctx, vmi).await) } else { None };
+    let api: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    for _ in 0..CONFLICT_RETRIES {
+        let Some(mut fresh) = api.get_opt(&name).await.map_err(kube_err(format!("reading VMI {ns}/{name}")))? else {
+            return Ok(());
+        };
+        let before = fresh.status.clone();
+        let spec = fresh.clone();
+        let status = fresh.status.get_or_insert_with(Default::default);
+        let mut changed_phases = Vec::new();
+        for (volume, phase, target) in &records {
+            if volumes::record(status, volume, phase, target.as_deref()) {
+                changed_phases.push(phase.clone());
+            }
+        }
+        if let Some(unshared) = &unshared {
+            status.set_condition(plan::live_migratable_condition(&spec, unshared), &Time(Timestamp::now()));
+        }
+        if fresh.status == before {
+            return Ok(());
+        }
+        match api.replace(&name, &PostParams::default(), &fresh).await {
+            Ok(_) => {
+                for t in changed_phases {
+                    ctx.events.publish(vmi, Severity::Normal, t.reason, &t.message).await;
+                }
+                return Ok(());
+            }
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) => return Err(kube_err(format!("updating the volume status of VMI {ns}/{name}"))(e)),
+        }
+    }
+    Err(Error::Conflict(format!("{ns}/{name}")))
 }
 
 /// This node's part in the VMI's live migration, for the planner.
@@ -478,11 +661,18 @@ pub async fn run(
             .labels(&format!("{}={}", label::KUBEVIRT, label::VIRT_LAUNCHER))
             .fields(&format!("spec.nodeName={node}"))
     };
+    let attachment_watch = || {
+        watcher::Config::default()
+            .labels(&format!("{}={}", label::KUBEVIRT, label::HOTPLUG_DISK))
+            .fields(&format!("spec.nodeName={node}"))
+    };
     let stores = Stores {
         pods: reflect(Api::<Pod>::all(client.clone()), pod_watch()),
+        attachments: reflect(Api::<Pod>::all(client.clone()), attachment_watch()),
         kubevirts: reflect(Api::<KubeVirt>::all(client.clone()), watcher::Config::default()),
     };
     wait_ready(&stores.pods, "launcher pods").await?;
+    wait_ready(&stores.attachments, "attachment pods").await?;
     wait_ready(&stores.kubevirts, "KubeVirt configurations").await?;
     node::heartbeat(&client, &node, true).await?;
     let ctx = Arc::new(Context {
@@ -535,6 +725,11 @@ pub async fn run(
     .watches(Api::<Pod>::all(client.clone()), pod_watch(), |pod: Pod| {
         let owner =
             pod.owner_references().iter().find(|o| o.kind == "VirtualMachineInstance" && o.controller == Some(true))?;
+        Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
+    })
+    // An attachment pod names its VMI in a second, non-controlling owner reference.
+    .watches(Api::<Pod>::all(client.clone()), attachment_watch(), |pod: Pod| {
+        let owner = pod.owner_references().iter().find(|o| o.kind == "VirtualMachineInstance")?;
         Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
     })
     .graceful_shutdown_on(stop(&stop_tx))

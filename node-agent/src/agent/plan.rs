@@ -235,7 +235,11 @@ fn interfaces(o: &Observed<'_>) -> Vec<VirtualMachineInstanceNetworkInterface> {
 /// `LiveMigratable` (contract §3, the rules this slice can check): bridge on the pod network and claims that are
 /// not ReadWriteMany make a VMI not migratable.
 fn live_migratable(o: &Observed<'_>) -> Condition {
-    let vmi = o.vmi;
+    live_migratable_condition(o.vmi, &o.unshared_claims)
+}
+
+/// `LiveMigratable` of `vmi` whose claims `unshared` are not ReadWriteMany (also after a volume hotplug).
+pub(crate) fn live_migratable_condition(vmi: &VirtualMachineInstance, unshared: &[String]) -> Condition {
     let pod_networks: Vec<&str> =
         vmi.spec.networks.iter().flatten().filter(|n| n.pod.is_some()).map(|n| n.name.as_str()).collect();
     let bridge_on_pod = vmi
@@ -254,7 +258,7 @@ fn live_migratable(o: &Observed<'_>) -> Condition {
             "cannot migrate VMI which does not use masquerade, bridge with kubevirt.io/allow-pod-bridge-network-live-migration VM annotation or a migratable plugin to connect to the pod network",
         );
     }
-    if let Some(claim) = o.unshared_claims.first() {
+    if let Some(claim) = unshared.first() {
         return Condition::new(
             Type::LiveMigratable,
             ConditionStatus::False,

@@ -19,6 +19,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinSet;
 
+/// Buffer size of each direction of a proxied connection.
+const PIPE_BUFFER: usize = 256 << 10;
+
 /// How long a TLS handshake between the agents may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -69,7 +72,9 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
+    // Guest memory streams through here: 256 KiB buffers move it with a fraction of the syscalls (and TLS
+    // records) of tokio's 8 KiB default; measured by benches/migration.sh against virsh migrate.
+    if let Err(e) = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, PIPE_BUFFER, PIPE_BUFFER).await {
         tracing::debug!(error = %e, "migration proxy connection ended");
     }
 }

@@ -13,6 +13,7 @@
 //! The pod is rendered by [`pod`]; what a pod's status means by [`status`]; the decisions are in [`plan`].
 
 pub mod evacuation;
+pub mod hotplug;
 pub mod plan;
 pub mod pod;
 pub mod status;
@@ -113,7 +114,8 @@ pub(crate) fn claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<St
     let ns = vmi.namespace().unwrap_or_default();
     let pvc = |name: &str| ctx.stores.pvcs.get(&ObjectRef::new(name).within(&ns));
     let mut out = BTreeMap::new();
-    for volume in vmi.spec.volumes.iter().flatten() {
+    // Hotpluggable volumes are not the launcher pod's: they come through attachment pods (`hotplug_claims`).
+    for volume in vmi.spec.volumes.iter().flatten().filter(|v| !v.is_hotpluggable()) {
         let claim = if let Some(c) = &volume.persistent_volume_claim {
             match pvc(&c.claim_name) {
                 Some(p) => VolumeClaim::Bound(claim_of(&p, c.read_only == Some(true))),
@@ -141,6 +143,60 @@ pub(crate) fn claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<St
         out.insert(volume.name.clone(), claim);
     }
     out
+}
+
+/// The claims of the VMI's hotpluggable volumes, by volume name: missing, not usable yet (the PVC's phase, or
+/// the DataVolume's), or ready.
+pub(crate) fn hotplug_claims(ctx: &Context, vmi: &VirtualMachineInstance) -> BTreeMap<String, hotplug::HotplugClaim> {
+    use hotplug::HotplugClaim;
+    let ns = vmi.namespace().unwrap_or_default();
+    let pvc = |name: &str| ctx.stores.pvcs.get(&ObjectRef::new(name).within(&ns));
+    let mut out = BTreeMap::new();
+    for volume in vmi.spec.volumes.iter().flatten().filter(|v| v.is_hotpluggable()) {
+        let Some(name) = volume.claim_name() else { continue };
+        let dv_phase = volume.data_volume.as_ref().map(|_| {
+            ctx.stores.data_volumes.get(&ObjectRef::new(name).within(&ns)).map(|dv| (data_volume_ready(&dv), dv))
+        });
+        let claim = match (dv_phase, pvc(name)) {
+            (Some(None), _) => HotplugClaim::Missing(name.to_owned()),
+            (Some(Some((ready, dv))), _) if ready != ConditionStatus::True => {
+                let phase = dv
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .map_or_else(|| "Pending".to_owned(), |p| p.as_str().to_owned());
+                HotplugClaim::NotReady { name: name.to_owned(), phase }
+            }
+            (_, None) => HotplugClaim::Missing(name.to_owned()),
+            (_, Some(p)) => match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Bound") => {
+                    let read_only = volume.persistent_volume_claim.as_ref().is_some_and(|c| c.read_only == Some(true));
+                    HotplugClaim::Ready(claim_of(&p, read_only))
+                }
+                phase => HotplugClaim::NotReady { name: name.to_owned(), phase: phase.unwrap_or("Pending").to_owned() },
+            },
+        };
+        out.insert(volume.name.clone(), claim);
+    }
+    out
+}
+
+/// The VMI's attachment pods in the cache (label `kubevirt.io=hotplug-disk`, an owner reference to the VMI).
+fn attachment_pods(ctx: &Context, vmi: &VirtualMachineInstance) -> Vec<Pod> {
+    let uid = vmi.uid().unwrap_or_default();
+    let ns = vmi.namespace();
+    ctx.stores
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace() == ns
+                && p.labels().get(contracts::kubevirt::consts::label::KUBEVIRT).map(String::as_str)
+                    == Some(contracts::kubevirt::consts::label::HOTPLUG_DISK)
+                && p.owner_references().iter().any(|o| o.uid == uid)
+        })
+        .map(|p| p.as_ref().clone())
+        .collect()
 }
 
 /// The nodes of `pods` that are lost: gone from the API server, or whose `Ready` condition is not True (the node
@@ -186,6 +242,7 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
     } else {
         BTreeSet::new()
     };
+    let attachments = attachment_pods(ctx, vmi);
     let observed = Observed {
         vmi,
         pods: pods.iter().collect(),
@@ -196,6 +253,8 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
             .iter()
             .any(|m| !m.is_final()),
         workload_updates_migrate: ctx.workload_updates_migrate(),
+        attachments: attachments.iter().collect(),
+        hotplug_claims: hotplug_claims(ctx, vmi),
         settings: &ctx.settings,
         now: Time(Timestamp::now()),
     };
@@ -233,6 +292,23 @@ async fn apply(ctx: &Context, vmi: &VirtualMachineInstance, action: Action) -> R
                         .publish(vmi, controller_runtime::events::Severity::Warning, "FailedCreate", &message)
                         .await;
                     return Err(kube(format!("creating the launcher pod of VMI {ns}/{name}"))(e));
+                }
+            }
+        }
+        Action::CreateAttachmentPod(pod) => {
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let severity = controller_runtime::events::Severity::Normal;
+            match api.create(&PostParams::default(), &pod).await {
+                Ok(p) => {
+                    tracing::info!(vmi = %format!("{ns}/{name}"), pod = %p.name_any(), "created attachment pod");
+                    let message = format!("Created attachment pod {}", p.name_any());
+                    ctx.events.publish(vmi, severity, hotplug::REASON_CREATED, &message).await;
+                }
+                Err(e) => {
+                    let message = format!("Error creating attachment pod: {e}");
+                    let warning = controller_runtime::events::Severity::Warning;
+                    ctx.events.publish(vmi, warning, "FailedCreate", &message).await;
+                    return Err(kube(format!("creating an attachment pod of VMI {ns}/{name}"))(e));
                 }
             }
         }

@@ -31,7 +31,7 @@ use kube::ResourceExt;
 
 use super::pod::{self, Claim, PodSettings};
 use super::status::{self, PodState, not_ready};
-use super::{evacuation, workload_update};
+use super::{evacuation, hotplug, workload_update};
 
 /// How long after a deleted VMI's grace period the controller waits for the node agent before deleting its pods.
 pub const NODE_AGENT_SLACK: Duration = Duration::from_secs(60);
@@ -99,6 +99,10 @@ pub struct Observed<'a> {
     /// Whether VMIs needing an update after a CPU or memory hotplug are live-migrated (the cluster's
     /// `workloadUpdateMethods` hold `LiveMigrate`).
     pub workload_updates_migrate: bool,
+    /// Its hotplug attachment pods.
+    pub attachments: Vec<&'a Pod>,
+    /// The claims of its hotpluggable volumes, by volume name.
+    pub hotplug_claims: BTreeMap<String, hotplug::HotplugClaim>,
     /// Pod rendering settings.
     pub settings: &'a PodSettings,
     /// The current time.
@@ -110,6 +114,8 @@ pub struct Observed<'a> {
 pub enum Action {
     /// Create this launcher pod (events name it once created).
     CreatePod(Box<Pod>),
+    /// Create this hotplug attachment pod ([`hotplug`]).
+    CreateAttachmentPod(Box<Pod>),
     /// Delete the launcher pod of this name.
     DeletePod(String),
     /// Delete the pod of this name with grace period 0: its node is lost and will never confirm the deletion.
@@ -364,6 +370,48 @@ fn leftover_pods<'a>(vmi: &VirtualMachineInstance, launchers: &[&'a Pod], curren
         .collect()
 }
 
+/// How often a VMI whose removed hotplug volume waits for the node agent is looked at again.
+pub const HOTPLUG_RECHECK: Duration = Duration::from_secs(2);
+
+/// The hotplug part of a running VMI's reconcile ([`hotplug::plan`]): attachment pods next to its current launcher
+/// pod (`pod`) and a migration target's, its volumes' status. Returns whether to look again soon.
+fn hotplug_step(
+    o: &Observed<'_>,
+    pod: Option<&Pod>,
+    launchers: &[&Pod],
+    status: &mut VirtualMachineInstanceStatus,
+    actions: &mut Vec<Action>,
+) -> bool {
+    let alive =
+        |p: &&Pod| p.metadata.deletion_timestamp.is_none() && !matches!(status::observe(p), PodState::Down { .. });
+    let target = o
+        .vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.migration_state.as_ref())
+        .filter(|m| m.completed != Some(true) && m.failed != Some(true))
+        .and_then(|m| m.target_pod.clone())
+        .and_then(|t| launchers.iter().copied().find(|p| p.name_any() == t))
+        .filter(alive);
+    let h = hotplug::Observed {
+        vmi: o.vmi,
+        launcher: pod.filter(alive),
+        target,
+        attachments: o.attachments.clone(),
+        claims: o.hotplug_claims.clone(),
+        settings: o.settings,
+    };
+    let (planned, again) = hotplug::plan(&h, status);
+    for a in planned {
+        actions.push(match a {
+            hotplug::Action::CreatePod(p) => Action::CreateAttachmentPod(p),
+            hotplug::Action::DeletePod(n) => Action::DeletePod(n),
+            hotplug::Action::Event { severity, reason, message } => Action::Event { severity, reason, message },
+        });
+    }
+    again
+}
+
 /// Plans one reconcile of `o.vmi`.
 pub fn plan(o: &Observed<'_>) -> Plan {
     let vmi = o.vmi;
@@ -527,6 +575,12 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                         let active =
                             launchers.iter().filter(|p| !matches!(status::observe(p), PodState::Down { .. })).count();
                         workload_update::conditions(vmi, &mut status, now);
+                        if phase == Phase::Running
+                            && deleting.is_none()
+                            && hotplug_step(o, pod, &launchers, &mut status, &mut actions)
+                        {
+                            requeue = Some(HOTPLUG_RECHECK);
+                        }
                         if let Some(m) = evacuation::migration(vmi, o.migration_in_flight, active) {
                             actions.push(Action::CreateMigration(Box::new(m), MigrationCause::Evacuation));
                         } else if let Some(m) = workload_update::migration(
@@ -634,6 +688,8 @@ mod tests {
             lost_nodes,
             migration_in_flight: false,
             workload_updates_migrate: false,
+            attachments: Vec::new(),
+            hotplug_claims: BTreeMap::new(),
             settings: &s,
             now: t(now),
         })
@@ -654,6 +710,7 @@ mod tests {
             .iter()
             .map(|a| match a {
                 Action::CreatePod(_) => "create",
+                Action::CreateAttachmentPod(_) => "attach",
                 Action::DeletePod(_) => "delete",
                 Action::ForceDeletePod(_) => "force-delete",
                 Action::UpdateVmi(_) => "update",
@@ -737,6 +794,8 @@ mod tests {
                 lost_nodes: BTreeSet::new(),
                 migration_in_flight: in_flight,
                 workload_updates_migrate: false,
+                attachments: Vec::new(),
+                hotplug_claims: BTreeMap::new(),
                 settings: &s,
                 now: t(100),
             })

@@ -1,7 +1,7 @@
 #!/bin/sh
 # GET / on the guest's port 80 (busybox httpd runs /cgi-bin/index.cgi for a directory without index.html).
 # GET /?ping=A.B.C.D also pings that address from the guest (one echo request, 2 s): tests egress through the
-# pod's NAT.
+# pod's NAT. GET /?disk=sdb adds the first bytes of that disk.
 echo "Content-Type: text/plain"
 echo ""
 echo "KUBEVIRT-RS-GUEST-UP"
@@ -17,6 +17,14 @@ client=${client#[}
 client=${client%]}
 echo "client=${client#::ffff:}"
 case "${QUERY_STRING:-}" in
+  disk=*)
+    # GET /?disk=sdb: the first 64 bytes of that disk (printable characters only): what a hotplugged disk holds.
+    dev=${QUERY_STRING#disk=}
+    case "$dev" in
+      '' | *[!a-z]*) echo "disk=invalid" ;;
+      *) echo "disk=$dev head=$(dd if="/dev/$dev" bs=64 count=1 2>/dev/null | tr -cd 'A-Za-z0-9._-')" ;;
+    esac
+    ;;
   ping=*)
     target=${QUERY_STRING#ping=}
     case "$target" in
