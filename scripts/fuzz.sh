@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Runs the fuzz targets, each for a bounded time (default 60 s): `scripts/fuzz.sh [SECONDS] [TARGET...]`.
-# Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter), parent (the parent-image
-# finder of the formats delegated to qemu-img: vhd, vhdx, vmdk, vdi) and dhcp (the launcher's DHCP server).
+# Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter), vmdk (the streamOptimized
+# vmdk converter and the OVA reader: tar, OVF, disk selection), parent (the parent-image finder of the formats
+# delegated to qemu-img: vhd, vhdx, vmdk, vdi) and dhcp (the launcher's DHCP server).
 # With FUZZ_RUNS=N each target instead runs exactly N inputs with a fixed seed from its seed corpus (deterministic:
 # what the test command uses, so CI cannot flake on a new random find; open-ended hunting is the timed mode).
 # Installs cargo-fuzz and the nightly toolchain when missing, seeds each corpus with small images made by qemu-img
-# (qcow2: every variant the importer supports; parent: each delegated format, plain and as a child image), and
+# (qcow2: every variant the importer supports; vmdk: streamOptimized images and an OVA holding two of them;
+# parent: each delegated format, plain and as a child image), and
 # fails if the fuzzer finds a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 parent dhcp)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent dhcp)
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
@@ -34,6 +36,39 @@ seed_qcow2() {
     qemu-img convert -c -O qcow2 -o "$o" "$W/r.raw" "$seeds/seedc$i.qcow2" 2>/dev/null || true
   done
   qemu-img create -q -f qcow2 "$seeds/empty.qcow2" 1M
+}
+
+seed_vmdk() {
+  local seeds=$1 i=0 s
+  { yes 'fuzz seed data' | head -c 100K >"$W/t.bin"; } || true
+  for s in 1M 1M+4096 1M+5000; do
+    i=$((i+1))
+    rm -f "$W/v.raw"
+    truncate -s "${s%%+*}" "$W/v.raw"
+    [ "$s" = "${s#*+}" ] || truncate -s "+${s#*+}" "$W/v.raw"
+    [ $i -eq 1 ] || dd if="$W/t.bin" of="$W/v.raw" bs=64K seek=$((i - 1)) conv=notrunc status=none
+    qemu-img convert -f raw -O vmdk -o subformat=streamOptimized "$W/v.raw" "$seeds/stream$i.vmdk"
+  done
+  # An OVA: the OVF descriptor first, then two disks.
+  cat >"$W/vm.ovf" <<'OVF'
+<?xml version="1.0" encoding="UTF-8"?>
+<Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1" xmlns:ovf="http://schemas.dmtf.org/ovf/envelope/1">
+  <References>
+    <File ovf:href="vm-disk1.vmdk" ovf:id="file1"/>
+    <File ovf:href="vm-disk2.vmdk" ovf:id="file2"/>
+  </References>
+  <DiskSection>
+    <Info>Virtual disks</Info>
+    <Disk ovf:capacity="1" ovf:capacityAllocationUnits="byte * 2^20" ovf:diskId="vmdisk1" ovf:fileRef="file1"
+          ovf:format="http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized"/>
+    <Disk ovf:capacity="1" ovf:diskId="vmdisk2" ovf:fileRef="file2"/>
+  </DiskSection>
+  <VirtualSystem ovf:id="vm"><Info>A virtual machine</Info></VirtualSystem>
+</Envelope>
+OVF
+  cp "$seeds/stream2.vmdk" "$W/vm-disk1.vmdk"
+  cp "$seeds/stream1.vmdk" "$W/vm-disk2.vmdk"
+  tar --format=ustar -C "$W" -cf "$seeds/vm.ova" vm.ovf vm-disk1.vmdk vm-disk2.vmdk
 }
 
 seed_parent() {
@@ -88,9 +123,10 @@ seed_dhcp() {
 for t in "${TARGETS[@]}"; do
   case $t in
     qcow2) max_len=262144 ;;
+    vmdk) max_len=524288 ;;
     parent) max_len=524288 ;;
     dhcp) max_len=1500 ;;
-    *) echo "unknown fuzz target $t (expected qcow2, parent or dhcp)" >&2; exit 2 ;;
+    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent or dhcp)" >&2; exit 2 ;;
   esac
   SEEDS=fuzz/corpus/$t
   mkdir -p "$SEEDS"

@@ -328,10 +328,18 @@ fn checksum_sha512() {
     checksum_ok("http-checksum-sha512", &e.name, &e.url(), "sha512");
 }
 
+/// A compressed vhdx is spooled to scratch for qemu-img; the checksum covers the source as it streamed.
 #[test]
-fn checksum_with_scratch_spooled_vmdk() {
-    let e = entry("vmdk-stream.vmdk.xz");
+fn checksum_with_scratch_spooled_vhdx() {
+    let e = entry("vhdx-dyn.vhdx.zst");
     checksum_ok_with("http-checksum-scratch", &e.name, &e.url(), "sha256", true);
+}
+
+/// A compressed streamOptimized vmdk converts natively in the one pass that hashes it.
+#[test]
+fn checksum_streamed_vmdk() {
+    let e = entry("vmdk-stream.vmdk.xz");
+    checksum_ok_with("http-checksum-vmdk", &e.name, &e.url(), "sha256", true);
 }
 
 /// An uncompressed qcow2 may be read with Range requests; the checksum still covers the whole file.

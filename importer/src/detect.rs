@@ -73,8 +73,11 @@ pub enum ImageFormat {
     Vhdx,
     /// VirtualBox VDI.
     Vdi,
-    /// A tar archive (content type `archive`; refused as a disk image).
+    /// A tar archive (content type `archive`; refused as a disk image unless it is an OVA).
     Tar,
+    /// An OVA: a tar archive whose first member is an OVF descriptor (see [`crate::format::ova`]). Told from
+    /// [`ImageFormat::Tar`] by [`crate::format::ova::is_ova`] on the first bytes, after [`ImageFormat::detect`].
+    Ova,
 }
 
 impl ImageFormat {
@@ -106,7 +109,7 @@ impl ImageFormat {
     /// The name qemu-img uses for the format.
     pub fn qemu_name(self) -> &'static str {
         match self {
-            ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Tar => "raw",
+            ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Tar | ImageFormat::Ova => "raw",
             ImageFormat::Qcow2 => "qcow2",
             ImageFormat::Vmdk => "vmdk",
             ImageFormat::Vpc => "vpc",
@@ -120,6 +123,7 @@ impl ImageFormat {
         match self {
             ImageFormat::Iso => "iso",
             ImageFormat::Tar => "tar",
+            ImageFormat::Ova => "ova",
             other => other.qemu_name(),
         }
     }

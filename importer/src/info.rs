@@ -53,6 +53,8 @@ pub fn info(location: &SourceLocation, http: &SourceOptions, rt: &tokio::runtime
         ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Tar => {
             HeaderInfo { virtual_size: if compressed { None } else { p.size }, ..HeaderInfo::default() }
         }
+        // The disk's size is in its own header, further into the archive.
+        ImageFormat::Ova => HeaderInfo::default(),
         f => match (&p.local_path, compressed) {
             (Some(path), false) => {
                 // qemu-img does not report every child form (a differencing VHD, for one), and cannot open

@@ -1,20 +1,22 @@
 //! The disk import pipeline: a source (file, HTTP) → decompression (gzip, xz, zstd, bzip2, detected by
-//! magic) → format conversion (raw/ISO streamed, qcow2 converted natively in one pass, vmdk/vhd/vhdx/vdi
-//! by `qemu-img`) → a sparse target (file or block device), with checksum verification and live progress.
+//! magic) → format conversion (raw/ISO streamed; qcow2, streamOptimized vmdk and OVAs converted natively in
+//! one pass; other vmdk, vhd, vhdx, vdi by `qemu-img`) → a sparse target (file or block device), with checksum
+//! verification and live progress.
 //!
 //! ```text
 //! SourceLocation ─► source::open ─► Progress tap ─► checksum tap ─► decompress* ─► detect
 //!                                                                               │
 //!                        plan::plan (pure) ◄─────────────────────────────────────┘
 //!                              │
-//!        Stream │ Qcow2 { Random | Spill } │ QemuImg { LocalFile | Spool }
+//!   Stream │ Qcow2 { Random | Spill } │ VmdkStream │ Ova │ QemuImg { LocalFile | Spool }
 //!                              │
 //!          sink::Sink (writer thread; O_DIRECT blocks; file: holes; block: zeroing) ─► fsync
 //! ```
 //!
 //! The pipeline's stages, in order: [`source`] (file, HTTP, S3, registry, push) → [`checksum`] and [`progress`]
-//! taps → [`decompress`] → [`detect`] → [`plan`] (pure) → [`format`] (raw copy, native qcow2, delegated
-//! `qemu-img`) → [`sink`]; [`pipeline`] runs them and [`error`] carries failures through the `Read` layers.
+//! taps → [`decompress`] → [`detect`] → [`plan`] (pure) → [`format`] (raw copy, native qcow2, native
+//! streamOptimized vmdk, OVA, delegated `qemu-img`) → [`sink`]; [`pipeline`] runs them and [`error`] carries
+//! failures through the `Read` layers.
 //!
 //! Entry points: [`pipeline::import`] and [`info::info`]. Around them: [`pod`] is CDI's importer pod (its
 //! environment, target volume and sizing, archives, termination message, progress metrics), [`serve`] the source

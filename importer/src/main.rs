@@ -57,6 +57,9 @@ struct HttpArgs {
     /// Registry images: the architecture to pick from a manifest list, Go naming (default: this machine's).
     #[arg(long, value_name = "ARCH")]
     architecture: Option<String>,
+    /// OVA sources: the disk to import, by ovf:diskId or file name (default: the OVF's first disk).
+    #[arg(long, env = var::IMPORTER_OVA_DISK, value_name = "DISK")]
+    ova_disk: Option<String>,
 }
 
 impl HttpArgs {
@@ -85,6 +88,7 @@ impl HttpArgs {
             stall_timeout: Duration::from_secs(self.stall_timeout.max(1)),
             max_retries: self.retries,
             platform_architecture: self.architecture.clone(),
+            ova_disk: self.ova_disk.clone().filter(|d| !d.trim().is_empty()),
             ..SourceOptions::default()
         })
     }

@@ -4,7 +4,12 @@
 //!
 //! ```text
 //! source ─► count (progress) ─► hash (checksum) ─► decompress* ─► format ─► sink (sparse, fsync)
+//!                                                   OVA: tar ─► .ovf ─► the chosen disk's member ─► format
 //! ```
+//!
+//! Every plan that reads the stream only partly (native qcow2, streamOptimized vmdk, an OVA's disk) drains the
+//! rest when a checksum is verified or the source is a registry layer, so every source byte is hashed and the
+//! layer's own checks run.
 
 use std::io::{self, Read};
 use std::path::PathBuf;
@@ -16,8 +21,9 @@ use crate::checksum::{ExpectedChecksum, Hasher, HashingReader};
 use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
 use crate::error::{Tagger, untag};
+use crate::format::ova::{self, DiskMember, OvaError};
 use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
-use crate::format::{self, FormatError, qemu_img};
+use crate::format::{self, FormatError, qemu_img, vmdk};
 use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SizeRule};
 use crate::progress::{CountingReader, Phase, Progress};
 use crate::sink::{self, Sink};
@@ -157,6 +163,9 @@ pub fn probe_opened(
     if format == ImageFormat::Raw && ImageFormat::is_iso(&head) {
         format = ImageFormat::Iso;
     }
+    if format == ImageFormat::Tar && ova::is_ova(&head) {
+        format = ImageFormat::Ova;
+    }
     Ok(Probed { size, random_access, local_path, compressions, format, head, stream, image_env })
 }
 
@@ -192,6 +201,7 @@ fn import_from(
         random_access: probed.random_access.is_some(),
         local_file: probed.local_path.is_some(),
         scratch: req.scratch.is_some(),
+        stream_optimized: probed.format == ImageFormat::Vmdk && vmdk::is_stream_optimized(&probed.head),
     })?;
     if let Some(dir) = &req.scratch
         && matches!(plan, Plan::Qcow2 { refetch: RefetchPlan::Spill } | Plan::QemuImg { input: DelegateInput::Spool })
@@ -276,43 +286,28 @@ fn execute(
     progress.start_phase(Phase::Import, size);
     // Bytes counted while probing belong to this phase too.
     progress.set_done(progress.snapshot().source_bytes);
+    // The stream must be read to its end when it is hashed, and for registry sources, whose layer checks (a
+    // second disk file, whiteouts) surface only at the end of the stream.
+    let read_all = hasher.is_some() || matches!(req.source, SourceLocation::Registry(_));
     match plan {
-        Plan::Stream => {
-            let known = (!compressed).then_some(size).flatten();
-            if let Some(vs) = known {
-                let target = plan::target_size(vs, req.size, sink.capacity())?;
-                sink.ensure_len(target)?;
-            }
-            let limit = match (req.size.limit(), sink.capacity()) {
-                (Some(s), Some(c)) => Some(s.min(c)),
-                (s, c) => s.or(c),
-            };
-            let vs = format::copy_raw(&mut stream, sink, limit)?;
-            let target = plan::target_size(vs, req.size, sink.capacity())?;
-            sink.write_zeroes(vs, target - vs)?;
-            Ok((vs, target))
-        }
+        Plan::Stream => stream_raw(req, sink, &mut stream, (!compressed).then_some(size).flatten()),
         Plan::Qcow2 { refetch } => {
             let file_size = (!compressed).then_some(size).flatten();
-            let header = Header::parse(&head, file_size)
-                .map_err(|e| Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) })?;
-            let target = plan::target_size(header.virtual_size, req.size, sink.capacity())?;
-            sink.ensure_len(target)?;
             let refetch = match (refetch, random_access, &req.scratch) {
                 (RefetchPlan::Random, Some(ra), _) => Refetch::Random(ra),
                 (_, _, Some(dir)) => Refetch::Spill(Spill::with_overflow(dir)),
                 _ => Refetch::Spill(Spill::memory()),
             };
-            let vs = header.virtual_size;
-            // The stream must be read to its end when it is hashed, and for registry sources, whose layer
-            // checks (a second disk file, whiteouts) surface only at the end of the stream.
-            let read_all = hasher.is_some() || matches!(req.source, SourceLocation::Registry(_));
-            qcow2::convert(header, &mut stream, file_size, refetch, sink, read_all)?;
+            qcow2_native(req, sink, &mut stream, &head, file_size, refetch, read_all)
+        }
+        Plan::VmdkStream => vmdk_native(req, sink, &mut stream, &head, read_all),
+        Plan::Ova => {
+            let sizes =
+                ova::with_disk(&mut stream, req.http.ova_disk.as_deref(), |member, m| ova_disk(req, sink, member, m))?;
             if read_all {
                 drain(&mut stream)?;
             }
-            sink.write_zeroes(vs, target - vs)?;
-            Ok((vs, target))
+            Ok(sizes)
         }
         Plan::QemuImg { input } => {
             let spooled;
@@ -356,6 +351,140 @@ fn execute(
             }
             sink.write_zeroes(info.virtual_size, target - info.virtual_size)?;
             Ok((info.virtual_size, target))
+        }
+    }
+}
+
+/// Copies a raw stream (of `known_size` bytes when known) into the sink; returns (virtual size, target size).
+fn stream_raw(
+    req: &ImportRequest,
+    sink: &mut dyn Sink,
+    stream: &mut dyn Read,
+    known_size: Option<u64>,
+) -> Result<(u64, u64)> {
+    if let Some(vs) = known_size {
+        let target = plan::target_size(vs, req.size, sink.capacity())?;
+        sink.ensure_len(target)?;
+    }
+    let limit = match (req.size.limit(), sink.capacity()) {
+        (Some(s), Some(c)) => Some(s.min(c)),
+        (s, c) => s.or(c),
+    };
+    let vs = format::copy_raw(stream, sink, limit)?;
+    let target = plan::target_size(vs, req.size, sink.capacity())?;
+    sink.write_zeroes(vs, target - vs)?;
+    Ok((vs, target))
+}
+
+/// Converts a qcow2 stream (`head`: its first bytes) natively; with `read_all` the stream is drained.
+fn qcow2_native(
+    req: &ImportRequest,
+    sink: &mut dyn Sink,
+    stream: &mut dyn Read,
+    head: &[u8],
+    file_size: Option<u64>,
+    refetch: Refetch,
+    read_all: bool,
+) -> Result<(u64, u64)> {
+    let header = Header::parse(head, file_size)
+        .map_err(|e| Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) })?;
+    let target = plan::target_size(header.virtual_size, req.size, sink.capacity())?;
+    sink.ensure_len(target)?;
+    let vs = header.virtual_size;
+    qcow2::convert(header, stream, file_size, refetch, sink, read_all)?;
+    if read_all {
+        drain(stream)?;
+    }
+    sink.write_zeroes(vs, target - vs)?;
+    Ok((vs, target))
+}
+
+/// Converts a streamOptimized vmdk stream (`head`: its first bytes) natively; with `read_all` the stream is
+/// drained after the end-of-stream marker.
+fn vmdk_native(
+    req: &ImportRequest,
+    sink: &mut dyn Sink,
+    stream: &mut dyn Read,
+    head: &[u8],
+    read_all: bool,
+) -> Result<(u64, u64)> {
+    let header = vmdk::Header::parse(head)
+        .map_err(|e| Error::Format { format: ImageFormat::Vmdk, source: FormatError::Vmdk(e) })?;
+    let vs = header.virtual_size();
+    let target = plan::target_size(vs, req.size, sink.capacity())?;
+    sink.ensure_len(target)?;
+    let stats = vmdk::convert(&header, stream, sink)?;
+    tracing::info!(grains = stats.grains, data_bytes = stats.data_bytes, "converted the streamOptimized vmdk");
+    if read_all {
+        drain(stream)?;
+    }
+    sink.write_zeroes(vs, target - vs)?;
+    Ok((vs, target))
+}
+
+/// A stream whose first bytes were read ahead, yielding them again.
+type Peeked<R> = io::Chain<io::Cursor<Vec<u8>>, R>;
+
+/// Reads up to `n` bytes of a borrowed stream and returns them with a reader that still yields them.
+fn peek_ref<R: Read>(mut r: R, n: usize) -> Result<(Vec<u8>, Peeked<R>)> {
+    let mut head = vec![0u8; n];
+    let got = format::read_full(&mut r, &mut head).map_err(|e| untag(e, 0))?;
+    head.truncate(got);
+    Ok((head.clone(), io::Cursor::new(head).chain(r)))
+}
+
+/// Converts the disk member of an OVA: gzip (OVF's one compression) is peeled, then a streamOptimized vmdk
+/// or a qcow2 is converted natively and a raw image copied; other formats are refused.
+fn ova_disk(req: &ImportRequest, sink: &mut dyn Sink, member: &mut dyn Read, m: &DiskMember) -> Result<(u64, u64)> {
+    let (head, mut chained) = peek_ref(&mut *member, HEAD_LEN)?;
+    match Compression::detect(&head) {
+        None => ova_disk_format(req, sink, &mut chained, &head, m, Some(m.size)),
+        Some(Compression::Gzip) => {
+            let c = Compression::Gzip;
+            let gz = flate2::read::MultiGzDecoder::new(chained);
+            let mut gz = Tagger::new(gz, move |source, _| Error::Decompress { compression: c, source });
+            let (head, mut inner) = peek_ref(&mut gz, HEAD_LEN)?;
+            ova_disk_format(req, sink, &mut inner, &head, m, None)
+        }
+        Some(other) => Err(Error::Format {
+            format: ImageFormat::Ova,
+            source: FormatError::Ova(OvaError::UnsupportedCompression {
+                href: m.href.clone(),
+                compression: other.name().to_string(),
+            }),
+        }),
+    }
+}
+
+/// [`ova_disk`] after decompression: `size` is the member's size when it is not compressed.
+fn ova_disk_format(
+    req: &ImportRequest,
+    sink: &mut dyn Sink,
+    stream: &mut dyn Read,
+    head: &[u8],
+    m: &DiskMember,
+    size: Option<u64>,
+) -> Result<(u64, u64)> {
+    let format = ImageFormat::detect(head);
+    match format {
+        ImageFormat::Vmdk if vmdk::is_stream_optimized(head) => vmdk_native(req, sink, stream, head, false),
+        ImageFormat::Qcow2 => {
+            let refetch = match &req.scratch {
+                Some(dir) => Refetch::Spill(Spill::with_overflow(dir)),
+                None => Refetch::Spill(Spill::memory()),
+            };
+            qcow2_native(req, sink, stream, head, size, refetch, false)
+        }
+        ImageFormat::Raw => stream_raw(req, sink, stream, size),
+        other => {
+            let format = match other {
+                ImageFormat::Vmdk => String::from("vmdk (not streamOptimized)"),
+                f => f.to_string(),
+            };
+            Err(Error::Format {
+                format: ImageFormat::Ova,
+                source: FormatError::Ova(OvaError::UnsupportedDisk { href: m.href.clone(), format }),
+            })
         }
     }
 }

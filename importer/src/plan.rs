@@ -8,10 +8,12 @@
 //!               └─ otherwise ─────────────────────────────────► Qcow2 { refetch: Spill } (memory up to a
 //!                                                                  bound, then the scratch directory; fails
 //!                                                                  asking for scratch space without one)
-//! vmdk/vpc/vhdx/vdi ─┬─ uncompressed local file ──────────────► QemuImg { input: LocalFile }
-//!                    ├─ --scratch given ──────────────────────► QemuImg { input: Spool }
-//!                    └─ otherwise ────────────────────────────► error: scratch space required
-//! tar ────────────────────────────────────────────────────────► error: an archive, not a disk image
+//! vmdk with compressed grains + markers (streamOptimized) ─────► VmdkStream (single pass, any source, no scratch)
+//! other vmdk, vpc/vhdx/vdi ─┬─ uncompressed local file ───────► QemuImg { input: LocalFile }
+//!                           ├─ --scratch given ───────────────► QemuImg { input: Spool }
+//!                           └─ otherwise ─────────────────────► error: scratch space required
+//! tar whose first member is an .ovf (OVA) ────────────────────► Ova (single pass to the chosen disk, any source)
+//! other tar ──────────────────────────────────────────────────► error: an archive, not a disk image
 //! ```
 
 use crate::detect::ImageFormat;
@@ -46,6 +48,11 @@ pub enum Plan {
         /// Out-of-order fallback.
         refetch: RefetchPlan,
     },
+    /// Native single-pass streamOptimized vmdk conversion (no scratch, any source).
+    VmdkStream,
+    /// An OVA: the stream is read up to the chosen disk's member, which is converted natively (streamOptimized
+    /// vmdk, qcow2 with the spill fallback) or copied (raw).
+    Ova,
     /// Conversion by `qemu-img`.
     QemuImg {
         /// Its input.
@@ -60,6 +67,8 @@ impl Plan {
             Plan::Stream => "stream",
             Plan::Qcow2 { refetch: RefetchPlan::Random } => "qcow2-stream+range",
             Plan::Qcow2 { refetch: RefetchPlan::Spill } => "qcow2-stream",
+            Plan::VmdkStream => "vmdk-stream",
+            Plan::Ova => "ova-stream",
             Plan::QemuImg { input: DelegateInput::LocalFile } => "qemu-img",
             Plan::QemuImg { input: DelegateInput::Spool } => "scratch+qemu-img",
         }
@@ -79,6 +88,9 @@ pub struct Probe {
     pub local_file: bool,
     /// Whether scratch space was given.
     pub scratch: bool,
+    /// A vmdk whose header says streamOptimized (compressed grains, markers, deflate:
+    /// [`crate::format::vmdk::is_stream_optimized`]).
+    pub stream_optimized: bool,
 }
 
 /// Picks the plan. Pure.
@@ -91,6 +103,8 @@ pub fn plan(p: Probe) -> Result<Plan> {
                 "the source is a tar archive, not a disk image (archives are imported with content type archive)",
             )),
         }),
+        ImageFormat::Ova => Ok(Plan::Ova),
+        ImageFormat::Vmdk if p.stream_optimized => Ok(Plan::VmdkStream),
         ImageFormat::Qcow2 => Ok(Plan::Qcow2 {
             refetch: if p.random_access && !p.compressed { RefetchPlan::Random } else { RefetchPlan::Spill },
         }),
@@ -160,7 +174,11 @@ mod tests {
     use super::*;
 
     fn p(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
-        plan(Probe { format, compressed, random_access, local_file, scratch })
+        plan(Probe { format, compressed, random_access, local_file, scratch, stream_optimized: false })
+    }
+
+    fn so(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
+        plan(Probe { format, compressed, random_access, local_file, scratch, stream_optimized: true })
     }
 
     #[test]
@@ -177,6 +195,12 @@ mod tests {
         assert_eq!(p(Vdi, true, true, true, true).ok(), Some(Plan::QemuImg { input: Spool }));
         assert!(matches!(p(Vhdx, false, true, false, false), Err(Error::ScratchRequired(_))));
         assert!(p(Tar, false, true, true, true).is_err());
+        // streamOptimized vmdk and OVA: native from any source, never scratch
+        assert_eq!(so(Vmdk, false, false, false, false).ok(), Some(Plan::VmdkStream));
+        assert_eq!(so(Vmdk, true, true, true, true).ok(), Some(Plan::VmdkStream));
+        assert_eq!(p(Vmdk, false, false, false, true).ok(), Some(Plan::QemuImg { input: Spool }));
+        assert_eq!(p(Ova, false, false, false, false).ok(), Some(Plan::Ova));
+        assert_eq!(p(Ova, true, false, false, true).ok(), Some(Plan::Ova));
     }
 
     #[test]

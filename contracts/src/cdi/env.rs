@@ -50,6 +50,8 @@ pub mod var {
     pub const HTTPS_PROXY: &str = "https_proxy";
     /// Importer: proxy exceptions.
     pub const NO_PROXY: &str = "no_proxy";
+    /// Importer: which disk of an OVA to import (see [`super::OvaDiskEnv`]).
+    pub const IMPORTER_OVA_DISK: &str = "IMPORTER_OVA_DISK";
     /// Upload server: the PVC's requested size (a quantity).
     pub const UPLOAD_IMAGE_SIZE: &str = "UPLOAD_IMAGE_SIZE";
     /// Upload server: TLS key file.
@@ -316,6 +318,25 @@ impl ImporterEnv {
     }
 }
 
+/// `IMPORTER_OVA_DISK`: the disk of an OVA source the importer converts, named by its `ovf:diskId`, its file's
+/// `ovf:href` or its file's `ovf:id`; absent, the first disk of the OVF's DiskSection. Not part of CDI's
+/// contract (CDI does not import OVAs); a separate entry until the controller writes it (then it joins
+/// [`ImporterEnv`]). An empty value counts as absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OvaDiskEnv(pub String);
+
+impl OvaDiskEnv {
+    /// The container's `env` entry.
+    pub fn to_env(&self) -> EnvEntry {
+        value(var::IMPORTER_OVA_DISK, &self.0)
+    }
+
+    /// Reads the variable (trimmed; empty counts as absent).
+    pub fn from_env(env: &Environment) -> Option<OvaDiskEnv> {
+        get(env, var::IMPORTER_OVA_DISK).map(OvaDiskEnv)
+    }
+}
+
 /// The upload server pod's environment (`specs/cdi.md` §2.2, §4.3).
 #[derive(Debug, Clone, PartialEq)]
 pub struct UploadServerEnv {
@@ -537,5 +558,15 @@ mod tests {
         ]))
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((defaults.listen_port, defaults.destination.as_str()), (8443, "/data/disk.img"));
+    }
+
+    #[test]
+    fn ova_disk_round_trip() {
+        let e = OvaDiskEnv(String::from("vmdisk2")).to_env();
+        assert_eq!(e, EnvEntry { name: var::IMPORTER_OVA_DISK.into(), value: EnvValue::Literal("vmdisk2".into()) });
+        let env: Environment = [(var::IMPORTER_OVA_DISK.to_string(), String::from(" vmdisk2 "))].into();
+        assert_eq!(OvaDiskEnv::from_env(&env), Some(OvaDiskEnv(String::from("vmdisk2"))));
+        let empty: Environment = [(var::IMPORTER_OVA_DISK.to_string(), String::from(" "))].into();
+        assert_eq!(OvaDiskEnv::from_env(&empty), None);
     }
 }

@@ -4,7 +4,8 @@
 //! DataVolume ──datavolume reconciler──► PVC annotations ([`claim::TransferRequest`], [`claim::ClaimOptions`])
 //!                                           │ transfer reconciler
 //!                                           ▼
-//!                 worker pod env ([`env::ImporterEnv`], [`env::UploadServerEnv`], [`env::CloneSourceEnv`])
+//!                 worker pod env ([`env::ImporterEnv`], [`env::UploadServerEnv`], [`env::CloneSourceEnv`],
+//!                 [`env::OvaDiskEnv`])
 //!                                           │ importer / upload server
 //!                                           ▼
 //!      termination message ([`termination::TerminationMessage`]) ──transfer reconciler──►
@@ -20,7 +21,9 @@ pub mod sizing;
 pub mod termination;
 
 pub use claim::{ClaimOptions, ImportSource, SourceKind, StateChanges, TransferRequest, WorkerPhase, WorkerState};
-pub use env::{CloneSourceEnv, Credentials, EnvEntry, EnvError, EnvValue, ImporterEnv, ProxyEnv, UploadServerEnv};
+pub use env::{
+    CloneSourceEnv, Credentials, EnvEntry, EnvError, EnvValue, ImporterEnv, OvaDiskEnv, ProxyEnv, UploadServerEnv,
+};
 pub use termination::TerminationMessage;
 
 use schemars::JsonSchema;

@@ -1,6 +1,8 @@
-//! Image formats. Raw (and ISO) stream straight through; qcow2 is converted natively in one pass
-//! ([`qcow2`]); vmdk, vhd (vpc), vhdx and vdi are delegated to `qemu-img` on a seekable local file
-//! ([`qemu_img`]), after their own bytes were checked for a parent image ([`parent`]).
+//! Image formats. Raw (and ISO) stream straight through; qcow2 ([`qcow2`]) and streamOptimized vmdk
+//! ([`vmdk`]) are converted natively in one pass; an OVA ([`ova`]) is read as a stream up to the disk it
+//! imports, which is converted by those same paths; other vmdk, vhd (vpc), vhdx and vdi are delegated to
+//! `qemu-img` on a seekable local file ([`qemu_img`]), after their own bytes were checked for a parent image
+//! ([`parent`]).
 
 use std::io::Read;
 
@@ -8,10 +10,12 @@ use crate::detect::ImageFormat;
 use crate::sink::Sink;
 use crate::{Error, Result};
 
+pub mod ova;
 pub mod parent;
 pub mod qcow2;
 pub mod qemu_img;
 pub mod qemu_process;
+pub mod vmdk;
 
 /// A format-level problem with the image.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +23,12 @@ pub enum FormatError {
     /// A qcow2 problem.
     #[error(transparent)]
     Qcow2(#[from] qcow2::Qcow2Error),
+    /// A streamOptimized vmdk problem.
+    #[error(transparent)]
+    Vmdk(#[from] vmdk::VmdkError),
+    /// An OVA problem.
+    #[error(transparent)]
+    Ova(#[from] ova::OvaError),
     /// The image uses a feature the importer refuses.
     #[error("{0}")]
     Refused(String),

@@ -48,7 +48,7 @@ pub fn find(format: ImageFormat, image: &dyn RandomAccess) -> io::Result<Option<
         ImageFormat::Vhdx => vhdx(image),
         ImageFormat::Vmdk => vmdk(image),
         ImageFormat::Vdi => vdi(image),
-        ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Qcow2 | ImageFormat::Tar => Ok(None),
+        ImageFormat::Raw | ImageFormat::Iso | ImageFormat::Qcow2 | ImageFormat::Tar | ImageFormat::Ova => Ok(None),
     }
 }
 
@@ -302,7 +302,7 @@ fn occurrences<'a>(text: &'a [u8], key: &'a [u8]) -> impl Iterator<Item = usize>
 
 /// A parent named by descriptor text: a `parentCID` other than `ffffffff` (qemu's and VMware's "no parent"),
 /// or a non-empty `parentFileNameHint`. Searched anywhere in the text, as qemu does (`strstr`).
-fn vmdk_descriptor_parent(text: &[u8]) -> Option<ParentRef> {
+pub(crate) fn vmdk_descriptor_parent(text: &[u8]) -> Option<ParentRef> {
     let hint = occurrences(text, b"parentFileNameHint").find_map(|at| value_after(text, at).filter(|v| !v.is_empty()));
     let cid = occurrences(text, b"parentCID").find_map(|at| {
         let v = value_after(text, at)?;

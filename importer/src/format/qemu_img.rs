@@ -1,5 +1,6 @@
-//! Delegation to `qemu-img` for vmdk, vhd (vpc), vhdx and vdi. qemu-img needs a seekable local file: the
-//! source itself when it is an uncompressed local file, else a spooled copy in the scratch directory.
+//! Delegation to `qemu-img` for vmdk (other than streamOptimized, which [`super::vmdk`] converts), vhd (vpc),
+//! vhdx and vdi. qemu-img needs a seekable local file: the source itself when it is an uncompressed local file,
+//! else a spooled copy in the scratch directory.
 //!
 //! Safety: the format is always passed explicitly (`-f`, never probed); the image's own bytes are checked for
 //! a parent image first ([`parent_of`]); `qemu-img info` runs next so images that reference other files

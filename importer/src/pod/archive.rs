@@ -237,7 +237,8 @@ pub fn extract_tar(
     };
     clean_dir(dir)?;
     let probed = probe()?;
-    if probed.format != ImageFormat::Tar {
+    // An OVA is a tar too: as content type archive it is extracted like any other.
+    if !matches!(probed.format, ImageFormat::Tar | ImageFormat::Ova) {
         return Err(Error::Format {
             format: probed.format,
             source: FormatError::Invalid(format!(

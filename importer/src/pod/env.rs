@@ -1,5 +1,5 @@
-//! The importer pod's configuration: CDI's environment ([`ImporterEnv`], the contract the controller writes)
-//! validated into a [`PodConfig`] — the source URL, checksum and header syntax are checked here — plus the
+//! The importer pod's configuration: CDI's environment ([`ImporterEnv`], the contract the controller writes, plus
+//! [`OvaDiskEnv`]: which disk of an OVA) validated into a [`PodConfig`] — the source URL, checksum and header syntax are checked here — plus the
 //! pod's fixed paths, which tests may move (`IMPORTER_DATA_DIR` = `/data`, `IMPORTER_BLOCK_DEVICE` =
 //! `/dev/cdi-block-volume`, `IMPORTER_SCRATCH_DIR` = `/scratch`, `IMPORTER_TERMINATION_LOG` =
 //! `/dev/termination-log`, `IMPORTER_EXTRA_HEADERS_DIR` = `/extraheaders`, `IMPORTER_METRICS_ADDR` =
@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use contracts::cdi::env::{Credentials, EnvError, ImporterEnv, var};
+use contracts::cdi::env::{Credentials, EnvError, ImporterEnv, OvaDiskEnv, var};
 use contracts::cdi::{ContentType, SourceKind};
 
 use crate::Error;
@@ -179,6 +179,7 @@ impl PodConfig {
                 headers,
                 basic_auth,
                 platform_architecture: e.registry_architecture,
+                ova_disk: OvaDiskEnv::from_env(env).map(|d| d.0),
                 // CDI cancels a transfer after 10 minutes without data; we retry stalls sooner, then give up.
                 stall_timeout: Duration::from_secs(120),
                 ..SourceOptions::default()
@@ -234,6 +235,7 @@ mod tests {
             ("IMPORTER_SECRET_KEY", "p"),
             ("IMPORTER_EXTRA_HEADER_1", "X-B: 2"),
             ("IMPORTER_EXTRA_HEADER_0", "X-A: 1"),
+            ("IMPORTER_OVA_DISK", "vmdisk2"),
         ]))
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(c.source, PodSource::Http(_)));
@@ -242,6 +244,7 @@ mod tests {
         assert!(c.options.insecure && !c.preallocation && c.checksum.is_some());
         assert_eq!(c.options.basic_auth, Some(("u".into(), "p".into())));
         assert_eq!(c.options.headers, vec![("X-A".into(), "1".into()), ("X-B".into(), "2".into())]);
+        assert_eq!(c.options.ova_disk.as_deref(), Some("vmdisk2"));
         assert_eq!(c.paths.data_dir, PathBuf::from("/data"));
         assert_eq!(c.paths.termination_log, PathBuf::from("/dev/termination-log"));
     }

@@ -37,6 +37,9 @@ pub struct SourceOptions {
     pub backoff: Duration,
     /// Registry: the architecture to pick from a manifest list (default: this machine's, as Go names it).
     pub platform_architecture: Option<String>,
+    /// OVA sources: the disk to import, named by its `ovf:diskId`, its file's `ovf:href` or `ovf:id` (default:
+    /// the first disk of the OVF's DiskSection). Ignored for other sources.
+    pub ova_disk: Option<String>,
 }
 
 impl Default for SourceOptions {
@@ -50,6 +53,7 @@ impl Default for SourceOptions {
             max_retries: 5,
             backoff: Duration::from_millis(500),
             platform_architecture: None,
+            ova_disk: None,
         }
     }
 }
