@@ -313,18 +313,7 @@ async fn volumes_hotplug_into_a_running_vm_and_out_again_with_upstreams_virtctl_
     let upstream =
         tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
     let ours = kube_test_support::workspace_binary("virtctl")?;
-    let virtctl = |bin: &std::path::Path, args: &[&str]| -> Result<(i32, String)> {
-        let out = std::process::Command::new(bin)
-            .arg("--kubeconfig")
-            .arg(env.cluster.kubeconfig())
-            .args(["-n", env.ns.name()])
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(Error::io("virtctl"))?;
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        Ok((out.status.code().unwrap_or(-1), text))
-    };
+    let virtctl = |bin: &std::path::Path, args: &[&str]| env.virtctl(bin, args);
 
     // The VMI path on a VM's VMI: refused as upstream's virt-api does (DeclarativeHotplugVolumes).
     let body = serde_json::json!({"name": "data", "disk": {"disk": {"bus": "scsi"}},

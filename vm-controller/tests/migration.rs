@@ -103,16 +103,7 @@ async fn still_on_source(env: &VmiEnv, name: &str, node: &str, pod: &str) -> Res
 
 /// One virtctl run in the test namespace: (exit code, stdout + stderr).
 fn virtctl(env: &VmiEnv, bin: &std::path::Path, args: &[&str]) -> Result<(i32, String)> {
-    let out = std::process::Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(env.cluster.kubeconfig())
-        .args(["-n", env.ns.name()])
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(Error::io("virtctl"))?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    Ok((out.status.code().unwrap_or(-1), text))
+    env.virtctl(bin, args)
 }
 
 /// Waits for the migration of VMI `vmi` created by `virtctl migrate` (generateName `kubevirt-migrate-vm-`) to end;
