@@ -10,19 +10,25 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-use crate::metrics::Registry;
+use crate::metrics::{LateRegistry, Registry};
 
 /// State shared with the handlers.
 #[derive(Clone)]
 pub struct Health {
     /// Metrics to render.
     pub metrics: Arc<Registry>,
+    /// Metrics registered once the process is running (rendered after `metrics`).
+    pub late: LateRegistry,
     /// Set once the process is either leading with running controllers or waiting as a healthy follower.
     pub ready: Arc<AtomicBool>,
 }
 
 async fn metrics(State(h): State<Health>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
-    (StatusCode::OK, [("content-type", "text/plain; version=0.0.4")], h.metrics.render())
+    (StatusCode::OK, [("content-type", "text/plain; version=0.0.4")], {
+        let mut all = vec![h.metrics.as_ref()];
+        all.extend(h.late.get());
+        Registry::render_all(&all)
+    })
 }
 
 async fn readyz(State(h): State<Health>) -> StatusCode {
@@ -55,6 +61,8 @@ pub struct Process {
     pub metrics: crate::metrics::ReconcileMetrics,
     /// `/readyz`'s flag (set by the leader election, or by the process itself).
     pub ready: Arc<AtomicBool>,
+    /// Where the process registers metrics it can only compute once running (upstream's names, unprefixed).
+    pub late: LateRegistry,
 }
 
 /// The start of every controller binary: the rustls provider, the metrics registry with `prefix`, the
@@ -65,7 +73,8 @@ pub async fn start(prefix: &str, addr: SocketAddr) -> anyhow::Result<Process> {
     let mut registry = Registry::with_prefix(prefix);
     let metrics = crate::metrics::ReconcileMetrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
-    serve(addr, Health { metrics: Arc::new(registry), ready: ready.clone() }).await?;
+    let late = LateRegistry::default();
+    serve(addr, Health { metrics: Arc::new(registry), late: late.clone(), ready: ready.clone() }).await?;
     let client = crate::metrics::counted_client(kube::Config::infer().await?, metrics.api_requests.clone())?;
-    Ok(Process { client, metrics, ready })
+    Ok(Process { client, metrics, ready, late })
 }

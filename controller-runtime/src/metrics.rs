@@ -29,13 +29,43 @@ impl Registry {
         self.0.register(name, help, metric);
     }
 
+    /// Registers `collector`, asked for its metrics at every scrape (gauges computed from caches).
+    pub fn register_collector(&mut self, collector: impl prometheus_client::collector::Collector) {
+        self.0.register_collector(Box::new(collector));
+    }
+
     /// The Prometheus text exposition (empty if encoding fails).
     pub fn render(&self) -> String {
+        Registry::render_all(&[self])
+    }
+
+    /// The Prometheus text exposition of several registries as one (their names must not collide; empty if
+    /// encoding fails).
+    pub fn render_all(registries: &[&Registry]) -> String {
+        use prometheus_client::encoding::text;
         let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.0).is_err() {
+        let encoded = registries.iter().try_for_each(|r| text::encode_registry(&mut out, &r.0));
+        if encoded.and_then(|()| text::encode_eof(&mut out)).is_err() {
             out.clear();
         }
         out
+    }
+}
+
+/// A registry filled after the `/metrics` endpoint started (once the process has the caches its collectors
+/// read); rendered after the process's own metrics. Clones share the slot.
+#[derive(Clone, Default)]
+pub struct LateRegistry(std::sync::Arc<std::sync::OnceLock<Registry>>);
+
+impl LateRegistry {
+    /// Fills the slot; a second call is ignored (the first registry stays).
+    pub fn set(&self, registry: Registry) {
+        let _ = self.0.set(registry);
+    }
+
+    /// The registry, once set.
+    pub fn get(&self) -> Option<&Registry> {
+        self.0.get()
     }
 }
 

@@ -55,7 +55,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         uploadserver_image: args.uploadserver_image,
         pull_policy: args.pull_policy,
     };
-    let health::Process { client, metrics, ready } =
+    let health::Process { client, metrics, ready, .. } =
         health::start("kubevirt_rs_datavolume_controller", args.metrics_addr).await?;
     let lease = LeaseSettings {
         name: args.lease_name,

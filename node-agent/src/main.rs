@@ -59,7 +59,8 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let tls = node_agent::server::tls_config(&args.node_api_tls_dir)?;
-    let health::Process { client, metrics, ready } = health::start("kubevirt_rs_node_agent", args.metrics_addr).await?;
+    let health::Process { client, metrics, ready, .. } =
+        health::start("kubevirt_rs_node_agent", args.metrics_addr).await?;
     ready.store(true, Ordering::SeqCst);
     let instance = std::env::var("POD_NAME").ok();
     let client_tls = match node_agent::server::client_tls_config(&args.migration_client_tls_dir) {

@@ -19,6 +19,7 @@
 
 pub mod context;
 pub mod error;
+pub mod metrics;
 pub mod migration;
 pub mod replicaset;
 pub mod vm;
@@ -47,11 +48,12 @@ use crate::context::{Context, Stores};
 use crate::vmi::pod::PodSettings;
 
 /// Runs the VM and VMI reconcilers until `shutdown` resolves (graceful: in-flight reconciles finish). `instance` names
-/// this replica in events.
+/// this replica in events; upstream's cluster metrics ([`metrics`]) go into `late` once the caches exist.
 pub async fn run_controllers(
     client: Client,
     settings: PodSettings,
     metrics: ReconcileMetrics,
+    late: controller_runtime::metrics::LateRegistry,
     instance: Option<String>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
@@ -94,6 +96,13 @@ pub async fn run_controllers(
     let vm_controller = Controller::new(Api::<VirtualMachine>::all(client.clone()), all())
         .owns_stream(vmi_events)
         .owns(Api::<DataVolume>::all(client.clone()), all());
+    let mut upstream = controller_runtime::metrics::Registry::unprefixed();
+    upstream.register_collector(metrics::CacheCollector {
+        vmis: ctx.stores.vmis.clone(),
+        migrations: ctx.stores.migrations.clone(),
+        vms: vm_controller.store(),
+    });
+    late.set(upstream);
     // The pod and VMI stores fill as the controllers drive their streams; reconciles wait for their first lists.
     tracing::info!("VM, VMIRS and VMI controllers running");
     let vmis = vmi_controller

@@ -47,7 +47,7 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> anyhow::Result<()> {
     let namespace = args.namespace.clone().unwrap_or_else(|| binary::pod_namespace("kubevirt"));
     let settings = PodSettings { launcher_image: args.launcher_image, pull_policy: args.pull_policy };
-    let health::Process { client, metrics, ready } =
+    let health::Process { client, metrics, ready, late } =
         health::start("kubevirt_rs_vm_controller", args.metrics_addr).await?;
     let lease = LeaseSettings {
         name: args.lease_name,
@@ -57,7 +57,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let instance = std::env::var("POD_NAME").ok();
     run_as_leader(client.clone(), &lease, ready, |stop| {
-        vm_controller::run_controllers(client, settings, metrics, instance, stop)
+        vm_controller::run_controllers(client, settings, metrics, late, instance, stop)
     })
     .await
 }

@@ -53,16 +53,12 @@ async fn http_client_pod(env: &VmiEnv) -> Result<String> {
 }
 
 fn virtctl_command(env: &VmiEnv, bin: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(bin);
-    c.arg("--kubeconfig").arg(env.cluster.kubeconfig()).args(["-n", env.ns.name()]).args(args);
-    c
+    env.virtctl_command(bin, args)
 }
 
 /// One virtctl run: (exit code, stdout + stderr).
 fn virtctl(env: &VmiEnv, bin: &Path, args: &[&str]) -> Result<(i32, String)> {
-    let out = virtctl_command(env, bin, args).stdin(Stdio::null()).output().map_err(Error::io("virtctl"))?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    Ok((out.status.code().unwrap_or(-1), text))
+    env.virtctl(bin, args)
 }
 
 /// A running `virtctl console`: its stdout read on a thread into a channel.

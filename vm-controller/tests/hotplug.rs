@@ -221,7 +221,8 @@ fn disks(log: &str) -> Option<Vec<(String, u64)>> {
 
 /// A 64Mi claim `name` (`Filesystem` or `Block`) holding `marker` at its start (the image `disk.img` of a
 /// Filesystem claim, the device itself of a Block one), written by a busybox pod that then exits.
-async fn claim_with_marker(env: &VmiEnv, name: &str, mode: &str, marker: &str) -> Result<()> {
+async fn claim_with_marker(env: &VmiEnv, name: &str, mode: &str, marker: &str, shared: bool) -> Result<()> {
+    let (access, class) = if shared { ("ReadWriteMany", "shared") } else { ("ReadWriteOnce", "local") };
     let (volume_use, write) = if mode == "Block" {
         (
             "volumeDevices: [{name: data, devicePath: /dev/data}]".to_owned(),
@@ -234,8 +235,8 @@ async fn claim_with_marker(env: &VmiEnv, name: &str, mode: &str, marker: &str) -
         )
     };
     let yaml = format!(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  \
-         volumeMode: {mode}\n  resources: {{requests: {{storage: 64Mi}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: write-{name}}}\n\
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec:\n  accessModes: [{access}]\n  \
+         storageClassName: {class}\n  volumeMode: {mode}\n  resources: {{requests: {{storage: 64Mi}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: write-{name}}}\n\
          spec:\n  restartPolicy: Never\n  containers:\n  - name: w\n    image: {image}\n    command: [/bin/sh, -c, \"{write}\"]\n    \
          {volume_use}\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {name}}}}}]\n",
         image = kube_test_support::test_image("busybox"),
@@ -302,9 +303,9 @@ async fn volumes_hotplug_into_a_running_vm_and_out_again_with_upstreams_virtctl_
     let alone = stack_support::local_images(&upstream_example("vmi-migratable.yaml")?, &env.image)
         .replace("name: vmi-migratable", "name: vmi-alone");
     env.kubectl_manifest("create", &alone)?;
-    claim_with_marker(&env, "data", "Filesystem", "KUBEVIRT-RS-HOTPLUG-FS").await?;
-    claim_with_marker(&env, "raw", "Block", "KUBEVIRT-RS-HOTPLUG-BLOCK").await?;
-    claim_with_marker(&env, "solo", "Filesystem", "KUBEVIRT-RS-HOTPLUG-SOLO").await?;
+    claim_with_marker(&env, "data", "Filesystem", "KUBEVIRT-RS-HOTPLUG-FS", false).await?;
+    claim_with_marker(&env, "raw", "Block", "KUBEVIRT-RS-HOTPLUG-BLOCK", false).await?;
+    claim_with_marker(&env, "solo", "Filesystem", "KUBEVIRT-RS-HOTPLUG-SOLO", true).await?;
     let vmi = env.wait_phase(vm, VirtualMachineInstancePhase::Running, BOOT_TIMEOUT).await?;
     let pod = env.launcher_pod(&vmi).await?.name_any();
     let console = env.wait_console(&pod, "KUBEVIRT-RS-GUEST-DISKS", BOOT_TIMEOUT).await?;
@@ -312,18 +313,7 @@ async fn volumes_hotplug_into_a_running_vm_and_out_again_with_upstreams_virtctl_
     let upstream =
         tokio::task::spawn_blocking(stack_support::upstream_virtctl).await.map_err(|e| err(e.to_string()))??;
     let ours = kube_test_support::workspace_binary("virtctl")?;
-    let virtctl = |bin: &std::path::Path, args: &[&str]| -> Result<(i32, String)> {
-        let out = std::process::Command::new(bin)
-            .arg("--kubeconfig")
-            .arg(env.cluster.kubeconfig())
-            .args(["-n", env.ns.name()])
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(Error::io("virtctl"))?;
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        Ok((out.status.code().unwrap_or(-1), text))
-    };
+    let virtctl = |bin: &std::path::Path, args: &[&str]| env.virtctl(bin, args);
 
     // The VMI path on a VM's VMI: refused as upstream's virt-api does (DeclarativeHotplugVolumes).
     let body = serde_json::json!({"name": "data", "disk": {"disk": {"bus": "scsi"}},
@@ -401,11 +391,41 @@ async fn volumes_hotplug_into_a_running_vm_and_out_again_with_upstreams_virtctl_
     let solo_before = disks(&env.wait_console(&solo_pod, "KUBEVIRT-RS-GUEST-DISKS", BOOT_TIMEOUT).await?);
     let (code, out) = virtctl(&upstream, &["addvolume", "vmi-alone", "--volume-name=solo"])?;
     assert_eq!(code, 0, "{out}");
-    hotplugged(&env, "vmi-alone", &solo_pod, "solo", "KUBEVIRT-RS-HOTPLUG-SOLO").await?;
+    let solo_dev = hotplugged(&env, "vmi-alone", &solo_pod, "solo", "KUBEVIRT-RS-HOTPLUG-SOLO").await?;
+
+    // A hotplugged ReadWriteMany claim migrates with the VMI: the target pod gets it from an attachment pod on its
+    // node before the guest arrives, and the guest reads it there.
+    let migratable = poll_object(&env.vmis(), "vmi-alone", Duration::from_secs(60), |v: &VirtualMachineInstance| {
+        stack_support::vmi::condition(v, Type::LiveMigratable) == Some(ConditionStatus::True)
+    })
+    .await
+    .map_err(|e| err(format!("LiveMigratable with a shared hotplugged claim: {e}\n{}", describe(&env, "vmi-alone"))))?;
+    let source_node = migratable.status.as_ref().and_then(|s| s.node_name.clone());
+    env.kubectl_manifest(
+        "create",
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata: {name: move-alone}\nspec: {vmiName: vmi-alone}\n",
+    )?;
+    let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+    let done = poll_object(&vmims, "move-alone", MIGRATION_TIMEOUT, |m: &VirtualMachineInstanceMigration| m.is_final())
+        .await
+        .map_err(|e| err(format!("{e}\n{}", describe(&env, "vmi-alone"))))?;
+    assert_eq!(done.phase(), Some(&MigrationPhase::Succeeded), "{}", describe(&env, "vmi-alone"));
+    let moved = poll_object(&env.vmis(), "vmi-alone", Duration::from_secs(60), |v: &VirtualMachineInstance| {
+        volume_status(v, "solo").is_some_and(|s| {
+            s.phase == Some(crds::kubevirt::vmi::VolumePhase::Ready)
+                && s.hotplug_volume.as_ref().and_then(|h| h.attach_pod_uid.clone()).is_some()
+        })
+    })
+    .await?;
+    assert_ne!(moved.status.as_ref().and_then(|s| s.node_name.clone()), source_node, "migrated");
+    let solo_pod =
+        moved.status.as_ref().and_then(|s| s.migration_state.as_ref()?.target_pod.clone()).unwrap_or_default();
+    let page = http_get_url(&format!("http://{}/?disk={solo_dev}", vmi_ip(&moved))).await?;
+    assert!(page.contains(&format!("disk={solo_dev} head=KUBEVIRT-RS-HOTPLUG-SOLO")), "after the migration: {page}");
     let (code, out) = virtctl(&ours, &["removevolume", "vmi-alone", "--volume-name=solo"])?;
     assert_eq!(code, 0, "{out}");
     poll_until("the standalone guest to lose the disk", Duration::from_secs(120), || async {
-        disks(&env.console(&solo_pod)).filter(|d| Some(d) == solo_before.as_ref())
+        disks(&env.console(&solo_pod)).filter(|d| solo_before.as_ref().is_some_and(|b| d.len() == b.len()))
     })
     .await
     .map_err(|e| err(format!("{e}\n{}", describe(&env, "vmi-alone"))))?;

@@ -103,16 +103,7 @@ async fn still_on_source(env: &VmiEnv, name: &str, node: &str, pod: &str) -> Res
 
 /// One virtctl run in the test namespace: (exit code, stdout + stderr).
 fn virtctl(env: &VmiEnv, bin: &std::path::Path, args: &[&str]) -> Result<(i32, String)> {
-    let out = std::process::Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(env.cluster.kubeconfig())
-        .args(["-n", env.ns.name()])
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(Error::io("virtctl"))?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    Ok((out.status.code().unwrap_or(-1), text))
+    env.virtctl(bin, args)
 }
 
 /// Waits for the migration of VMI `vmi` created by `virtctl migrate` (generateName `kubevirt-migrate-vm-`) to end;
@@ -220,8 +211,38 @@ async fn a_container_disk_vmi_migrates_to_the_other_node_and_keeps_running() -> 
         env.pods().get_opt(&source_pod).await.ok()?.is_none().then_some(())
     })
     .await?;
+    // The leading vm-controller's /metrics tells it under upstream's names.
+    let ns = env.ns.name().to_owned();
+    let metrics = poll_until("the migration in the vm-controller's upstream metrics", Duration::from_secs(60), || {
+        let (env, ns, target_node) = (&env, &ns, &target_node);
+        async move {
+            let text = controller_metrics(env).await.ok()?;
+            let succeeded = format!(
+                "kubevirt_vmi_migration_succeeded{{vmi=\"vmi-migratable\",vmim=\"migration-job\",namespace=\"{ns}\"}} 1"
+            );
+            let running = format!("kubevirt_vmi_phase_count{{node=\"{target_node}\",phase=\"running\",");
+            (text.contains(&succeeded) && text.contains(&running)).then_some(text)
+        }
+    })
+    .await?;
+    assert!(metrics.contains("kubevirt_vmi_migrations_in_running_phase "), "{metrics}");
     // Passed: its guests go (a failing test leaves them for inspection).
     env.ns.clone().delete().await
+}
+
+/// The `/metrics` text of the vm-controller replica that leads (the one with upstream's cluster metrics).
+async fn controller_metrics(env: &VmiEnv) -> Result<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), stack_support::NAMESPACE);
+    let list = pods.list(&ListParams::default().labels("kubevirt.io=virt-controller")).await?;
+    for p in list {
+        let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else { continue };
+        if let Ok(text) = stack_support::vmi::http_get_url(&format!("http://{ip}:8080/metrics")).await
+            && text.contains("kubevirt_vmi_migrations_in_running_phase")
+        {
+            return Ok(text);
+        }
+    }
+    Err(err("no vm-controller replica serves upstream's metrics"))
 }
 
 /// A namespace on the two-node cluster (fails without two Ready nodes) with the migration bandwidth capped at

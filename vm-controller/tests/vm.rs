@@ -971,15 +971,7 @@ async fn allowed(client: &kube::Client, user: &str, verb: &str, group: &str, res
 
 /// One virtctl run: (exit code, stdout + stderr).
 fn virtctl(env: &Env, bin: &std::path::Path, args: &[&str]) -> Result<(i32, String)> {
-    let out = std::process::Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(env.cluster.kubeconfig())
-        .args(["-n", env.ns.name()])
-        .args(args)
-        .output()
-        .map_err(Error::io("virtctl"))?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    Ok((out.status.code().unwrap_or(-1), text))
+    env.virtctl(bin, args)
 }
 
 /// start / restart / stop / dry-run / unknown VM / Manual with `bin` on a fresh Halted VM `vm` (upstream's

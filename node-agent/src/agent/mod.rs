@@ -137,6 +137,7 @@ pub async fn reconcile_target(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Context
         pods: &ctx.stores.pods,
         migrations: &ctx.migrations,
         events: &ctx.events,
+        attachments: &ctx.stores.attachments,
     };
     crate::migration::target::reconcile(&vmi, &target).await.map_err(|e| Error::Migration(e.to_string()))
 }

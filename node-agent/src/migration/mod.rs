@@ -86,6 +86,9 @@ pub enum Error {
     /// This agent has no TLS configuration or pod IP for migrations.
     #[error("the node agent is not configured for migrations: {0}")]
     NotConfigured(&'static str),
+    /// A hotplugged volume could not be put into the target pod.
+    #[error("hotplugged {0}")]
+    Hotplug(String),
 }
 
 /// Applies `change` to the VMI's `status.migrationState` when it still belongs to migration `migration_uid` (read

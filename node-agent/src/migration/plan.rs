@@ -136,7 +136,8 @@ pub fn disks_to_copy(domain_xml: &str) -> Vec<String> {
 }
 
 /// Whether the disks a migration leaves in place (those not in `copied`, writable) are all the pod's claims
-/// (`vmi-disks/…` files or block devices) opened without the host's page cache (`cache` none or directsync).
+/// (`vmi-disks/…` files, hotplugged claims' `hotplug-disks/…` images, or block devices) opened without the host's
+/// page cache (`cache` none or directsync).
 /// Their ReadWriteMany access mode is what made the VMI migratable (§3): the storage is shared by contract, which
 /// libvirt cannot see for a filesystem it does not know as shared (its local-filesystem heuristic refuses such a
 /// migration as unsafe); with no host cache on either side the hand-over is coherent, so the migration may skip that
@@ -144,6 +145,7 @@ pub fn disks_to_copy(domain_xml: &str) -> Vec<String> {
 pub fn shared_claims_coherent(domain_xml: &str, copied: &[String]) -> bool {
     let Ok(doc) = roxmltree::Document::parse(domain_xml) else { return false };
     let claims = format!("{}/vmi-disks/", contracts::kubevirt::launcher::PRIVATE_DIR);
+    let hotplugged = format!("{}/", contracts::kubevirt::launcher::HOTPLUG_DISKS_DIR);
     let mut any = false;
     for d in doc.descendants().filter(|n| n.has_tag_name("disk")) {
         if d.children().any(|c| c.has_tag_name("readonly")) {
@@ -155,7 +157,9 @@ pub fn shared_claims_coherent(domain_xml: &str, copied: &[String]) -> bool {
         }
         let source = d.children().find(|c| c.has_tag_name("source"));
         let claim = match (d.attribute("type"), source) {
-            (Some("file"), Some(s)) => s.attribute("file").is_some_and(|f| f.starts_with(&claims)),
+            (Some("file"), Some(s)) => {
+                s.attribute("file").is_some_and(|f| f.starts_with(&claims) || f.starts_with(&hotplugged))
+            }
             (Some("block"), Some(s)) => s.attribute("dev").is_some(),
             (_, None) => continue,
             _ => false,
@@ -328,6 +332,9 @@ mod tests {
         assert!(!shared_claims_coherent(&dom(&overlay), &copied), "no claim: libvirt's own check");
         let block = "<disk type='block' device='disk'><driver cache='none'/><source dev='/dev/data'/><target dev='vdc'/></disk>";
         assert!(shared_claims_coherent(&dom(block), &[]));
+        let hotplugged = "<disk type='file' device='disk'><driver cache='none'/>\
+            <source file='/var/run/kubevirt/hotplug-disks/solo.img'/><target dev='sdb'/></disk>";
+        assert!(shared_claims_coherent(&dom(&(overlay.clone() + hotplugged)), &copied), "a hotplugged claim");
     }
 
     #[test]

@@ -45,6 +45,55 @@ pub struct Target<'a> {
     pub migrations: &'a Arc<Migrations>,
     /// Events on VMIs.
     pub events: &'a controller_runtime::events::Events,
+    /// Hotplug attachment pods on this node.
+    pub attachments: &'a Store<Pod>,
+}
+
+/// Puts the VMI's hotplugged volumes (those in the source's pod: MountedToPod or Ready) into the target `pod`
+/// from its attachment pods on this node, before the guest comes (its QEMU opens them at the same paths);
+/// `Ok(false)` while an attachment pod is not running yet.
+async fn hotplugged_into_target(
+    vmi: &VirtualMachineInstance,
+    pod: &Pod,
+    attachments: &Store<Pod>,
+) -> Result<bool, Error> {
+    use crate::volumes;
+    use crds::kubevirt::vmi::VolumePhase;
+    let wanted: Vec<String> = vmi
+        .status
+        .iter()
+        .flat_map(|s| s.volume_status.iter().flatten())
+        .filter(|s| matches!(s.phase, Some(VolumePhase::MountedToPod | VolumePhase::Ready)))
+        .filter(|s| vmi.spec.volumes.iter().flatten().any(|v| v.name == s.name && v.is_hotpluggable()))
+        .map(|s| s.name.clone())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(true);
+    }
+    let Some(to) = volumes::container_pid(pod, contracts::kubevirt::launcher::COMPUTE_CONTAINER) else {
+        return Ok(false);
+    };
+    let all = attachments.state();
+    let mine = volumes::attachments(&all, &pod.uid().unwrap_or_default());
+    for volume in wanted {
+        if volumes::present(to, &contracts::kubevirt::launcher::hotplug_disk(&volume))
+            || volumes::present(to, &contracts::kubevirt::launcher::hotplug_device(&volume))
+        {
+            continue;
+        }
+        let Some(a) = mine.get(&volume) else { return Ok(false) };
+        let from = all
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(a.uid.as_str()))
+            .and_then(|p| volumes::container_pid(p, "hotplug-disk"));
+        let Some(from) = from else { return Ok(false) };
+        let (v, mode) = (volume.clone(), a.mode);
+        crate::agent::blocking(move || volumes::mount(from, to, &v, mode))
+            .await
+            .map_err(|e| Error::Hotplug(format!("volume {volume} into the target pod: {e}")))?;
+        tracing::info!(vmi = %vmi.name_any(), %volume, "hotplugged volume in the migration target pod");
+    }
+    Ok(true)
 }
 
 /// One target-side step for `vmi`.
@@ -86,6 +135,11 @@ pub async fn reconcile(vmi: &VirtualMachineInstance, t: &Target<'_>) -> Result<R
             Ok(Requeue::requeue(POLL))
         }
         TargetStep::Publish => {
+            if let Some(p) = &pod
+                && !hotplugged_into_target(vmi, p, t.attachments).await?
+            {
+                return Ok(Requeue::requeue(POLL));
+            }
             let (Some(dir), Some(ip), Some(tls)) = (&dir, t.migrations.pod_ip, t.migrations.server_tls.clone()) else {
                 return Err(Error::NotConfigured("no pod IP or serving certificate for migration listeners"));
             };

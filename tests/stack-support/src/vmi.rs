@@ -97,6 +97,24 @@ pub async fn http_get_url(url: &str) -> Result<String> {
 }
 
 impl VmiEnv {
+    /// `bin` (a virtctl, upstream's or ours) with `args`, pointed at the test cluster and namespace.
+    pub fn virtctl_command(&self, bin: &std::path::Path, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(bin);
+        c.arg("--kubeconfig").arg(self.cluster.kubeconfig()).args(["-n", self.ns.name()]).args(args);
+        c
+    }
+
+    /// One run of [`VmiEnv::virtctl_command`] with no stdin: (exit code, stdout + stderr).
+    pub fn virtctl(&self, bin: &std::path::Path, args: &[&str]) -> Result<(i32, String)> {
+        let out = self
+            .virtctl_command(bin, args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(Error::io("virtctl"))?;
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        Ok((out.status.code().unwrap_or(-1), text))
+    }
+
     /// A fresh namespace named after `prefix` on `cluster` (whose stack must be installed) and the guest's
     /// containerDisk (built and pushed once per process).
     pub async fn new(cluster: TestCluster, prefix: &str) -> Result<VmiEnv> {

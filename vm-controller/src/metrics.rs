@@ -1,0 +1,259 @@
+//! Upstream virt-controller's cluster metrics, computed from this process's watch caches at every scrape and
+//! rendered under upstream's names (unprefixed) beside the process's own `kubevirt_rs_vm_controller_*` ones:
+//!
+//! | metric | labels | value |
+//! | --- | --- | --- |
+//! | `kubevirt_vmi_phase_count` | `node`, `phase` (lower case), `os`, `workload`, `flavor` (the VMI's `vm.kubevirt.io/…` annotations), `instance_type`, `preference` (its VM's), `guest_os_kernel_release`, `guest_os_machine`, `guest_os_name`, `guest_os_version_id` | VMIs |
+//! | `kubevirt_vmi_migrations_in_unset_phase` / `_pending_` / `_scheduling_` / `_running_phase` | — | VMIMs in no phase yet / `Pending` / `Scheduling` … `TargetReady` / `Running` |
+//! | `kubevirt_vmi_migration_succeeded` / `kubevirt_vmi_migration_failed` | `vmi`, `vmim`, `namespace` | 1 per finished VMIM |
+//! | `kubevirt_number_of_vms` | `namespace` | VirtualMachines |
+//!
+//! A label without a value is `<none>`, as upstream. [`gauges`] is pure (table-tested); [`CacheCollector`] feeds
+//! it from the caches.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crds::kubevirt::migration::MigrationPhase;
+use crds::kubevirt::{VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration};
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+/// A label value that is not set.
+const NONE: &str = "<none>";
+
+/// One gauge family: its name, help and samples (label pairs → value), in a stable order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gauge {
+    /// Upstream's metric name.
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+    /// Label sets (pairs in upstream's order) and values.
+    pub samples: BTreeMap<Vec<(&'static str, String)>, i64>,
+}
+
+impl Gauge {
+    fn new(name: &'static str, help: &'static str) -> Gauge {
+        Gauge { name, help, samples: BTreeMap::new() }
+    }
+
+    fn add(&mut self, labels: Vec<(&'static str, String)>, by: i64) {
+        *self.samples.entry(labels).or_default() += by;
+    }
+}
+
+fn or_none(v: Option<&str>) -> String {
+    v.filter(|s| !s.is_empty()).unwrap_or(NONE).to_owned()
+}
+
+/// The VM that controls `vmi`, among `vms`.
+fn owner<'a>(vmi: &VirtualMachineInstance, vms: &'a [Arc<VirtualMachine>]) -> Option<&'a VirtualMachine> {
+    let owner = vmi.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.controller == Some(true))?;
+    vms.iter().map(Arc::as_ref).find(|vm| vm.metadata.uid.as_deref() == Some(owner.uid.as_str()))
+}
+
+/// Upstream's cluster gauges for the cached `vmis`, `migrations` and `vms` (see the module table).
+pub fn gauges(
+    vmis: &[Arc<VirtualMachineInstance>],
+    migrations: &[Arc<VirtualMachineInstanceMigration>],
+    vms: &[Arc<VirtualMachine>],
+) -> Vec<Gauge> {
+    let mut phases = Gauge::new("kubevirt_vmi_phase_count", "Sum of VMIs per phase and node.");
+    for vmi in vmis {
+        let status = vmi.status.as_ref();
+        let annotation = |key: &str| or_none(vmi.annotations().get(key).map(String::as_str));
+        let vm = owner(vmi, vms);
+        let matcher = |m: Option<&crds::kubevirt::vm::Matcher>| or_none(m.and_then(|m| m.name.as_deref()));
+        let os = status.and_then(|s| s.guest_os_info.as_ref());
+        let labels = vec![
+            ("node", or_none(status.and_then(|s| s.node_name.as_deref()))),
+            ("phase", status.and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_lowercase()).unwrap_or_default()),
+            ("os", annotation("vm.kubevirt.io/os")),
+            ("workload", annotation("vm.kubevirt.io/workload")),
+            ("flavor", annotation("vm.kubevirt.io/flavor")),
+            ("instance_type", matcher(vm.and_then(|v| v.spec.instancetype.as_ref()))),
+            ("preference", matcher(vm.and_then(|v| v.spec.preference.as_ref()))),
+            ("guest_os_kernel_release", or_none(os.and_then(|o| o.kernel_release.as_deref()))),
+            ("guest_os_machine", or_none(os.and_then(|o| o.machine.as_deref()))),
+            ("guest_os_name", or_none(os.and_then(|o| o.name.as_deref()))),
+            ("guest_os_version_id", or_none(os.and_then(|o| o.version_id.as_deref()))),
+        ];
+        phases.add(labels, 1);
+    }
+
+    let mut unset = Gauge::new("kubevirt_vmi_migrations_in_unset_phase", "Number of current unset migrations.");
+    let mut pending = Gauge::new("kubevirt_vmi_migrations_in_pending_phase", "Number of current pending migrations.");
+    let mut scheduling =
+        Gauge::new("kubevirt_vmi_migrations_in_scheduling_phase", "Number of current scheduling migrations.");
+    let mut running = Gauge::new("kubevirt_vmi_migrations_in_running_phase", "Number of current running migrations.");
+    let mut succeeded = Gauge::new("kubevirt_vmi_migration_succeeded", "Indicates if the VMI migration succeeded.");
+    let mut failed = Gauge::new("kubevirt_vmi_migration_failed", "Indicates if the VMI migration failed.");
+    for g in [&mut unset, &mut pending, &mut scheduling, &mut running] {
+        g.add(Vec::new(), 0);
+    }
+    for m in migrations {
+        let finished = || {
+            vec![
+                ("vmi", m.spec.vmi_name.clone()),
+                ("vmim", m.name_any()),
+                ("namespace", m.namespace().unwrap_or_default()),
+            ]
+        };
+        match m.phase() {
+            None => unset.add(Vec::new(), 1),
+            Some(MigrationPhase::Pending) => pending.add(Vec::new(), 1),
+            Some(
+                MigrationPhase::Scheduling
+                | MigrationPhase::Scheduled
+                | MigrationPhase::PreparingTarget
+                | MigrationPhase::TargetReady,
+            ) => scheduling.add(Vec::new(), 1),
+            Some(MigrationPhase::Running) => running.add(Vec::new(), 1),
+            Some(MigrationPhase::Succeeded) => succeeded.add(finished(), 1),
+            Some(MigrationPhase::Failed) => failed.add(finished(), 1),
+            Some(_) => {}
+        }
+    }
+
+    let mut per_namespace = Gauge::new("kubevirt_number_of_vms", "The number of VMs in the cluster by namespace.");
+    for vm in vms {
+        per_namespace.add(vec![("namespace", vm.namespace().unwrap_or_default())], 1);
+    }
+    vec![phases, unset, pending, scheduling, running, succeeded, failed, per_namespace]
+}
+
+/// A Prometheus collector over the controller's caches: [`gauges`] at every scrape.
+pub struct CacheCollector {
+    /// Every VMI.
+    pub vmis: Store<VirtualMachineInstance>,
+    /// Every VirtualMachineInstanceMigration.
+    pub migrations: Store<VirtualMachineInstanceMigration>,
+    /// Every VirtualMachine.
+    pub vms: Store<VirtualMachine>,
+}
+
+impl std::fmt::Debug for CacheCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CacheCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for g in gauges(&self.vmis.state(), &self.migrations.state(), &self.vms.state()) {
+            if g.samples.is_empty() {
+                continue;
+            }
+            let mut family = encoder.encode_descriptor(g.name, g.help, None, MetricType::Gauge)?;
+            for (labels, value) in &g.samples {
+                ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn find<'a>(gs: &'a [Gauge], name: &str) -> &'a Gauge {
+        gs.iter().find(|g| g.name == name).unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    fn value(g: &Gauge, labels: &[(&str, &str)]) -> Option<i64> {
+        g.samples.iter().find_map(|(l, v)| {
+            let matches = labels.iter().all(|(k, want)| l.iter().any(|(lk, lv)| lk == k && lv == want));
+            matches.then_some(*v)
+        })
+    }
+
+    #[test]
+    fn vmis_count_per_node_and_phase_with_their_vms_instancetype() {
+        let vm: Arc<VirtualMachine> = obj(json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "a", "namespace": "n", "uid": "u-a"},
+            "spec": {"instancetype": {"name": "u1.small"}, "template": {"spec": {"domain": {"devices": {}}}}}}));
+        let owned = json!([{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": "a", "uid": "u-a",
+                            "controller": true}]);
+        let vmis: Vec<Arc<VirtualMachineInstance>> = vec![
+            obj(json!({"metadata": {"name": "a", "namespace": "n", "ownerReferences": owned,
+                                    "annotations": {"vm.kubevirt.io/os": "fedora"}},
+                       "spec": {"domain": {"devices": {}}},
+                       "status": {"phase": "Running", "nodeName": "node1",
+                                  "guestOSInfo": {"name": "Fedora", "versionId": "40"}}})),
+            obj(json!({"metadata": {"name": "b", "namespace": "n"}, "spec": {"domain": {"devices": {}}},
+                       "status": {"phase": "Running", "nodeName": "node1"}})),
+            obj(json!({"metadata": {"name": "c", "namespace": "n"}, "spec": {"domain": {"devices": {}}},
+                       "status": {"phase": "Running", "nodeName": "node1"}})),
+            obj(json!({"metadata": {"name": "d", "namespace": "n"}, "spec": {"domain": {"devices": {}}},
+                       "status": {"phase": "Scheduling"}})),
+        ];
+        let gs = gauges(&vmis, &[], &[vm]);
+        let phases = find(&gs, "kubevirt_vmi_phase_count");
+        let a = [("node", "node1"), ("phase", "running"), ("os", "fedora"), ("instance_type", "u1.small")];
+        assert_eq!(value(phases, &a), Some(1));
+        assert_eq!(value(phases, &[("guest_os_name", "Fedora"), ("guest_os_version_id", "40")]), Some(1));
+        let plain = [("node", "node1"), ("phase", "running"), ("os", "<none>"), ("instance_type", "<none>")];
+        assert_eq!(value(phases, &plain), Some(2), "two alike VMIs are one sample");
+        assert_eq!(value(phases, &[("node", "<none>"), ("phase", "scheduling")]), Some(1));
+        assert_eq!(phases.samples.len(), 3);
+        assert_eq!(value(find(&gs, "kubevirt_number_of_vms"), &[("namespace", "n")]), Some(1));
+    }
+
+    #[test]
+    fn migrations_count_by_phase_and_finished_ones_by_name() {
+        let vmim = |name: &str, phase: Option<&str>| -> Arc<VirtualMachineInstanceMigration> {
+            let status = phase.map(|p| json!({"phase": p})).unwrap_or(json!({}));
+            obj(json!({"metadata": {"name": name, "namespace": "n"}, "spec": {"vmiName": "vmi-x"}, "status": status}))
+        };
+        let ms = vec![
+            vmim("m0", None),
+            vmim("m1", Some("Pending")),
+            vmim("m2", Some("Scheduled")),
+            vmim("m3", Some("TargetReady")),
+            vmim("m4", Some("Running")),
+            vmim("m5", Some("Succeeded")),
+            vmim("m6", Some("Failed")),
+        ];
+        let gs = gauges(&[], &ms, &[]);
+        let single = |name: &str| value(find(&gs, name), &[]);
+        assert_eq!(single("kubevirt_vmi_migrations_in_unset_phase"), Some(1));
+        assert_eq!(single("kubevirt_vmi_migrations_in_pending_phase"), Some(1));
+        assert_eq!(single("kubevirt_vmi_migrations_in_scheduling_phase"), Some(2));
+        assert_eq!(single("kubevirt_vmi_migrations_in_running_phase"), Some(1));
+        let done = [("vmi", "vmi-x"), ("vmim", "m5"), ("namespace", "n")];
+        assert_eq!(value(find(&gs, "kubevirt_vmi_migration_succeeded"), &done), Some(1));
+        assert_eq!(value(find(&gs, "kubevirt_vmi_migration_failed"), &[("vmim", "m6")]), Some(1));
+        assert!(find(&gs, "kubevirt_vmi_migration_failed").samples.len() == 1);
+        // With nothing cached the phase gauges still read 0 (a dashboard sees "none", not "no data").
+        let empty = gauges(&[], &[], &[]);
+        assert_eq!(value(find(&empty, "kubevirt_vmi_migrations_in_running_phase"), &[]), Some(0));
+        assert!(find(&empty, "kubevirt_vmi_phase_count").samples.is_empty());
+    }
+
+    #[test]
+    fn the_collector_renders_upstreams_names() {
+        let vmi: Arc<VirtualMachineInstance> = obj(json!({"metadata": {"name": "b", "namespace": "n"},
+            "spec": {"domain": {"devices": {}}}, "status": {"phase": "Running", "nodeName": "node1"}}));
+        let (vmis, mut w) = kube::runtime::reflector::store();
+        w.apply_watcher_event(&kube::runtime::watcher::Event::Apply(vmi.as_ref().clone()));
+        let (migrations, _) = kube::runtime::reflector::store();
+        let (vms, _) = kube::runtime::reflector::store();
+        let mut r = controller_runtime::metrics::Registry::unprefixed();
+        r.register_collector(CacheCollector { vmis, migrations, vms });
+        let text = r.render();
+        assert!(text.contains("# TYPE kubevirt_vmi_phase_count gauge"), "{text}");
+        assert!(text.contains("kubevirt_vmi_phase_count{node=\"node1\",phase=\"running\",os=\"<none>\""), "{text}");
+        assert!(text.contains("kubevirt_vmi_migrations_in_running_phase 0"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}
