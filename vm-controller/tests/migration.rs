@@ -501,6 +501,79 @@ async fn shared_claims_migrate_and_node_local_claims_are_refused() -> Result<()>
     env.ns.clone().delete().await
 }
 
+/// A VM whose boot disk is a ReadWriteMany DataVolume imported over HTTP by our CDI path and whose data disk is
+/// a blank ReadWriteMany DataVolume migrates live with its storage shared: what the guest wrote to the data disk
+/// before the migration, it reads back from the device after it (caches dropped), in the same boot.
+#[tokio::test]
+#[ignore = "needs the two-node test cluster (KV_NODES=2 tests/cluster/up) and the stack (tests/cluster/install-stack)"]
+async fn a_vm_on_rwx_datavolumes_migrates_and_reads_back_what_it_wrote() -> Result<()> {
+    let env = VmiEnv::on_installed_stack("migration-dv").await?;
+    if ready_nodes(&env).await?.len() < 2 {
+        return Err(err("live migration needs two Ready nodes (KV_NODES=2 tests/cluster/up)"));
+    }
+    set_bandwidth(&env, None).await?;
+    let url = stack_support::guest_qcow2_url()?;
+    let dv = |name: &str, size: &str, source: &str| {
+        format!(
+            "  - metadata: {{name: {name}}}\n    spec:\n      pvc:\n        accessModes: [ReadWriteMany]\n        \
+             resources: {{requests: {{storage: {size}}}}}\n        storageClassName: shared\n      source: {source}\n"
+        )
+    };
+    let yaml = format!(
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata: {{name: vm-rwx}}\nspec:\n  runStrategy: Always\n  \
+         dataVolumeTemplates:\n{}{}  template:\n    spec:\n      domain:\n        devices:\n          disks:\n          \
+         - {{name: boot, disk: {{bus: virtio}}}}\n          - {{name: data, disk: {{bus: virtio}}}}\n          \
+         interfaces: [{{name: default, masquerade: {{}}}}]\n        memory: {{guest: 128Mi}}\n      \
+         networks: [{{name: default, pod: {{}}}}]\n      terminationGracePeriodSeconds: 0\n      volumes:\n      \
+         - {{name: boot, dataVolume: {{name: rwx-boot}}}}\n      - {{name: data, dataVolume: {{name: rwx-data}}}}\n",
+        dv("rwx-boot", "2Gi", &format!("{{http: {{url: \"{url}\"}}}}")),
+        dv("rwx-data", "64Mi", "{blank: {}}"),
+    );
+    env.kubectl_manifest("create", &yaml)?;
+    let vmi = env.wait_phase("vm-rwx", Phase::Running, BOOT_TIMEOUT).await?;
+    let pod = env.launcher_pod(&vmi).await?.name_any();
+    let console = env.wait_console(&pod, &format!("{TICK} 2 "), BOOT_TIMEOUT).await?;
+    assert_eq!(console.matches(MARKER).count(), 1, "one boot:\n{console}");
+    let vmi = poll_object(&env.vmis(), "vm-rwx", Duration::from_secs(60), |v: &VirtualMachineInstance| {
+        stack_support::vmi::condition(v, crds::kubevirt::vmi::VirtualMachineInstanceConditionType::LiveMigratable)
+            == Some(crds::kubevirt::vmi::ConditionStatus::True)
+    })
+    .await?;
+    let source = node_of(&vmi);
+    let marker = format!("KUBEVIRT-RS-RWX-{}", env.ns.name());
+    let wrote = stack_support::vmi::http_get_url(&format!("http://{}/?write=vdb-{marker}", vmi_ip(&vmi))).await?;
+    assert!(wrote.contains(&format!("write=ok vdb {marker}")), "{wrote}");
+    let uptime_before = last_uptime(&env.console(&pod), TICK).ok_or_else(|| err("no tick before the migration"))?;
+
+    env.kubectl_manifest("create", &vmim_yaml("dv-move", "vm-rwx", "", ""))?;
+    let vmims: Api<VirtualMachineInstanceMigration> = Api::namespaced(env.client.clone(), env.ns.name());
+    let done =
+        poll_object(&vmims, "dv-move", MIGRATION_TIMEOUT, |m: &VirtualMachineInstanceMigration| m.is_final()).await?;
+    assert_eq!(done.phase(), Some(&MigrationPhase::Succeeded), "{:?}", done.status);
+    let moved = env.vmis().get("vm-rwx").await?;
+    assert_ne!(node_of(&moved), source, "moved");
+    let st = moved.status.clone().unwrap_or_default();
+    assert_eq!(st.migration_method, Some(MigrationMethod::LiveMigration), "nothing to copy: all storage shared");
+    let target = st.migration_state.and_then(|m| m.target_pod).unwrap_or_default();
+    let xml = env.domain_xml(&target, "vm-rwx")?;
+    assert!(xml.contains("vmi-disks/boot/disk.img") && xml.contains("vmi-disks/data/disk.img"), "{xml}");
+
+    // The same boot goes on, and reads the marker back from the shared disk on the target.
+    let read = poll_until("the guest to read its marker back on the target", Duration::from_secs(90), || async {
+        let vmi = env.vmis().get("vm-rwx").await.ok()?;
+        let page = stack_support::vmi::http_get_url(&format!("http://{}/?disk=vdb", vmi_ip(&vmi))).await.ok()?;
+        page.contains("disk=vdb head=").then_some(page)
+    })
+    .await?;
+    assert!(read.contains(&format!("disk=vdb head={marker}")), "read back after the migration: {read}");
+    let uptime_after = read.lines().find_map(|l| l.strip_prefix("uptime=")).and_then(|u| u.trim().parse::<f64>().ok());
+    assert!(uptime_after.is_some_and(|u| u > uptime_before), "uptime went on from {uptime_before}: {read}");
+    let log = env.wait_console(&target, TICK, Duration::from_secs(60)).await?;
+    assert_eq!(log.matches(MARKER).count(), 0, "no boot on the target:\n{log}");
+    // Passed: its guests go (a failing test leaves them for inspection).
+    env.ns.clone().delete().await
+}
+
 /// `kubectl drain <node>` of the launcher pods of the VMI with UID `uid` (selected by `kubevirt.io/created-by`),
 /// giving up after `timeout_secs`; the node is uncordoned again whatever happened: (exit code, output).
 fn drain(env: &VmiEnv, node: &str, uid: &str, timeout_secs: u64) -> Result<(i32, String)> {

@@ -788,13 +788,7 @@ impl Drop for Recorder {
 async fn a_vm_on_a_wait_for_first_consumer_class_imports_its_qcow2_over_http_and_boots() -> Result<()> {
     let env = setup("vm-wffc-http").await?;
     // The guest's qcow2, served by the import tests' nginx (`tests/infra/import-env.sh`) under /out/.
-    let guest = stack_support::guest_dir()?;
-    let tag = guest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let out = kube_test_support::repo_root().join("tests/work/out");
-    std::fs::create_dir_all(&out).map_err(Error::io("creating tests/work/out"))?;
-    let file = format!("guest-{tag}.qcow2");
-    std::fs::copy(guest.join("disk.qcow2"), out.join(&file)).map_err(Error::io("copying the guest's qcow2"))?;
-    let url = kube_test_support::host_url(18080, &format!("out/{file}"));
+    let url = stack_support::guest_qcow2_url()?;
     // Upstream's vm-alpine-datavolume.yaml: HTTP source, a WaitForFirstConsumer class, started at once.
     let yaml = upstream_example("vm-alpine-datavolume.yaml")?
         .replace("vm-alpine-datavolume", "vm-wffc")
