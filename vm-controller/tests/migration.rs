@@ -512,7 +512,7 @@ async fn a_vm_on_rwx_datavolumes_migrates_and_reads_back_what_it_wrote() -> Resu
         return Err(err("live migration needs two Ready nodes (KV_NODES=2 tests/cluster/up)"));
     }
     set_bandwidth(&env, None).await?;
-    let url = stack_support::guest_qcow2_url()?;
+    let (url, copy) = stack_support::guest_qcow2_url()?;
     let dv = |name: &str, size: &str, source: &str| {
         format!(
             "  - metadata: {{name: {name}}}\n    spec:\n      pvc:\n        accessModes: [ReadWriteMany]\n        \
@@ -570,6 +570,7 @@ async fn a_vm_on_rwx_datavolumes_migrates_and_reads_back_what_it_wrote() -> Resu
     assert!(uptime_after.is_some_and(|u| u > uptime_before), "uptime went on from {uptime_before}: {read}");
     let log = env.wait_console(&target, TICK, Duration::from_secs(60)).await?;
     assert_eq!(log.matches(MARKER).count(), 0, "no boot on the target:\n{log}");
+    let _ = std::fs::remove_file(&copy);
     // Passed: its guests go (a failing test leaves them for inspection).
     env.ns.clone().delete().await
 }

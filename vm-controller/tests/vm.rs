@@ -788,7 +788,7 @@ impl Drop for Recorder {
 async fn a_vm_on_a_wait_for_first_consumer_class_imports_its_qcow2_over_http_and_boots() -> Result<()> {
     let env = setup("vm-wffc-http").await?;
     // The guest's qcow2, served by the import tests' nginx (`tests/infra/import-env.sh`) under /out/.
-    let url = stack_support::guest_qcow2_url()?;
+    let (url, copy) = stack_support::guest_qcow2_url()?;
     // Upstream's vm-alpine-datavolume.yaml: HTTP source, a WaitForFirstConsumer class, started at once.
     let yaml = upstream_example("vm-alpine-datavolume.yaml")?
         .replace("vm-alpine-datavolume", "vm-wffc")
@@ -843,7 +843,7 @@ async fn a_vm_on_a_wait_for_first_consumer_class_imports_its_qcow2_over_http_and
     assert_eq!(provisioning(&vmi), None, "Provisioning is cleared once bound");
 
     env.delete_vm("vm-wffc").await?;
-    let _ = std::fs::remove_file(out.join(&file));
+    let _ = std::fs::remove_file(&copy);
     env.0.ns.delete().await
 }
 

@@ -221,15 +221,16 @@ pub fn guest_dir() -> Result<PathBuf> {
 }
 
 /// The test guest's qcow2 copied under the import tests' nginx (`tests/infra/import-env.sh`, `/out/` of
-/// `tests/work/out`, port 18080) and the URL pods fetch it from (an HTTP DataVolume source).
-pub fn guest_qcow2_url() -> Result<String> {
+/// `tests/work/out`, port 18080): the URL pods fetch it from (an HTTP DataVolume source) and the copy (for the
+/// caller to remove when done).
+pub fn guest_qcow2_url() -> Result<(String, PathBuf)> {
     let guest = guest_dir()?;
     let tag = guest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let out = repo_root().join("tests/work/out");
     std::fs::create_dir_all(&out).map_err(Error::io("creating tests/work/out"))?;
     let file = format!("guest-{tag}.qcow2");
     std::fs::copy(guest.join("disk.qcow2"), out.join(&file)).map_err(Error::io("copying the guest's qcow2"))?;
-    Ok(kube_test_support::host_url(18080, &format!("out/{file}")))
+    Ok((kube_test_support::host_url(18080, &format!("out/{file}")), out.join(&file)))
 }
 
 pub use kube_test_support::upstream_virtctl;
