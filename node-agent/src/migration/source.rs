@@ -78,7 +78,12 @@ pub async fn drive(
             }
             Ok(())
         }
+        // Both read a cache that may trail the job's own write of its result (the job ends, then its entry goes):
+        // a result already written stands.
         SourceStep::AbortedBeforeStart => update_state(&api, &name, &migration_uid, |s, _| {
+            if s.failed == Some(true) || s.completed == Some(true) {
+                return;
+            }
             s.failed = Some(true);
             s.failure_reason = Some(ABORTED.to_owned());
             s.abort_status = Some(MigrationAbortStatus::Succeeded.as_str().to_owned());
@@ -87,6 +92,9 @@ pub async fn drive(
         .await
         .map(drop),
         SourceStep::Orphaned => update_state(&api, &name, &migration_uid, |s, _| {
+            if s.failed == Some(true) || s.completed == Some(true) {
+                return;
+            }
             s.failed = Some(true);
             s.failure_reason =
                 Some("the source node agent restarted during the migration; its proxies are gone".to_owned());
