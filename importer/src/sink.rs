@@ -782,3 +782,55 @@ mod tests {
         Ok(())
     }
 }
+
+/// Sinks for the converters' unit tests.
+#[cfg(test)]
+pub(crate) mod test_sinks {
+    use std::path::PathBuf;
+
+    use super::{Sink, SinkReport};
+    use crate::{Error, Result};
+
+    /// A sink into memory that checks each guest byte is covered once (panics on a second write); bytes never
+    /// written read 0xee, `covered` tells which were.
+    pub(crate) struct MemSink {
+        pub(crate) data: Vec<u8>,
+        pub(crate) covered: Vec<bool>,
+    }
+
+    impl MemSink {
+        pub(crate) fn new(len: usize) -> Self {
+            MemSink { data: vec![0xee; len], covered: vec![false; len] }
+        }
+        fn cover(&mut self, off: u64, len: usize) {
+            for c in &mut self.covered[off as usize..off as usize + len] {
+                assert!(!*c, "covered twice at {off}");
+                *c = true;
+            }
+        }
+    }
+
+    impl Sink for MemSink {
+        fn capacity(&self) -> Option<u64> {
+            Some(self.data.len() as u64)
+        }
+        fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+            self.cover(offset, data.len());
+            self.data[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn write_zeroes(&mut self, offset: u64, len: u64) -> Result<()> {
+            self.cover(offset, len as usize);
+            self.data[offset as usize..(offset + len) as usize].fill(0);
+            Ok(())
+        }
+        fn finish(&mut self, len: u64) -> Result<SinkReport> {
+            Ok(SinkReport { size: len, bytes_written: 0, preallocated: false })
+        }
+        fn abort(&mut self) {}
+        fn external_target(&mut self, _len: u64) -> Result<(PathBuf, bool)> {
+            Err(Error::InvalidRequest("test".into()))
+        }
+        fn note_external_write(&mut self, _bytes: u64) {}
+    }
+}

@@ -697,50 +697,7 @@ pub fn decompress_cluster(comp: ClusterCompression, input: &[u8], out: &mut [u8]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::SinkReport;
-    use std::path::PathBuf;
-
-    /// A sink into memory that checks each guest byte is covered once.
-    struct MemSink {
-        data: Vec<u8>,
-        covered: Vec<bool>,
-    }
-
-    impl MemSink {
-        fn new(len: usize) -> Self {
-            MemSink { data: vec![0xee; len], covered: vec![false; len] }
-        }
-        fn cover(&mut self, off: u64, len: usize) {
-            for c in &mut self.covered[off as usize..off as usize + len] {
-                assert!(!*c, "covered twice at {off}");
-                *c = true;
-            }
-        }
-    }
-
-    impl Sink for MemSink {
-        fn capacity(&self) -> Option<u64> {
-            Some(self.data.len() as u64)
-        }
-        fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-            self.cover(offset, data.len());
-            self.data[offset as usize..offset as usize + data.len()].copy_from_slice(data);
-            Ok(())
-        }
-        fn write_zeroes(&mut self, offset: u64, len: u64) -> Result<()> {
-            self.cover(offset, len as usize);
-            self.data[offset as usize..(offset + len) as usize].fill(0);
-            Ok(())
-        }
-        fn finish(&mut self, len: u64) -> Result<SinkReport> {
-            Ok(SinkReport { size: len, bytes_written: 0, preallocated: false })
-        }
-        fn abort(&mut self) {}
-        fn external_target(&mut self, _len: u64) -> Result<(PathBuf, bool)> {
-            Err(Error::InvalidRequest("test".into()))
-        }
-        fn note_external_write(&mut self, _bytes: u64) {}
-    }
+    use crate::sink::test_sinks::MemSink;
 
     /// A 512-byte-cluster v3 image with 4 guest clusters: guest 0 = data "A", guest 1 unallocated, guest 2 =
     /// data "C", guest 3 zero flag. With `data_first` the data clusters precede the L2 table in the file.
