@@ -2,19 +2,21 @@
 # Runs the fuzz targets, each for a bounded time (default 60 s): `scripts/fuzz.sh [SECONDS] [TARGET...]`.
 # Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter), vmdk (the streamOptimized
 # vmdk converter and the OVA reader: tar, OVF, disk selection), parent (the parent-image finder of the formats
-# delegated to qemu-img: vhd, vhdx, vmdk, vdi) and dhcp (the launcher's DHCP server).
+# with a child form: vhd, vhdx, vmdk, vdi), vhd and vhdx (the native readers of those formats, by positional
+# reads) and dhcp (the launcher's DHCP server).
 # With FUZZ_RUNS=N each target instead runs exactly N inputs with a fixed seed from its seed corpus (deterministic:
 # what the test command uses, so CI cannot flake on a new random find; open-ended hunting is the timed mode).
 # Installs cargo-fuzz and the nightly toolchain when missing, seeds each corpus with small images made by qemu-img
 # (qcow2: every variant the importer supports; vmdk: streamOptimized images and an OVA holding two of them;
-# parent: each delegated format, plain and as a child image), and
+# parent: each format with a child form, plain and as a child image; vhd: dynamic images, trimmed; vhdx: images
+# compacted into the layout the target expands), and
 # fails if the fuzzer finds a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent dhcp)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent vhd vhdx dhcp)
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
@@ -99,6 +101,40 @@ seed_parent() {
   put "$seeds/parent.vhdx" $(((320 << 10) + (64 << 10) + 4)) 02 00 00 00 # file parameters: has parent
 }
 
+seed_vhd() {
+  local seeds=$1
+  { yes 'fuzz seed data' | head -c 100K >"$W/t.bin"; } || true
+  truncate -s 5M "$W/v.raw"
+  dd if="$W/t.bin" of="$W/v.raw" bs=1M seek=2 conv=notrunc status=none
+  qemu-img convert -O vpc "$W/v.raw" "$W/dyn.vhd"
+  qemu-img convert -O vpc -o force_size=on "$W/v.raw" "$W/sz.vhd"
+  # Trimmed: the footer and the zero tail of the one block go (the target reads the input zero-extended).
+  local f
+  for f in dyn sz; do head -c $(( $(stat -c %s "$W/$f.vhd") - 512 - (2048 - 100) * 1024 )) "$W/$f.vhd" >"$seeds/$f.vhd"; done
+  qemu-img create -q -f vpc "$seeds/empty.vhd" 3M
+}
+
+seed_vhdx() {
+  local seeds=$1 bs
+  { yes 'fuzz seed data' | head -c 100K >"$W/t.bin"; } || true
+  truncate -s 3M "$W/x.raw"
+  dd if="$W/t.bin" of="$W/x.raw" bs=1M seek=1 conv=notrunc status=none
+  # The target's layout: [0, 256K) at 0, then 64 KiB from 1, 2 and 3 MiB, then the data from 4 MiB.
+  for bs in 1M 8M; do
+    qemu-img convert -O vhdx -o block_size=$bs "$W/x.raw" "$W/full.vhdx"
+    { head -c 256K "$W/full.vhdx"
+      dd if="$W/full.vhdx" bs=64K skip=16 count=1 status=none
+      dd if="$W/full.vhdx" bs=64K skip=32 count=1 status=none
+      dd if="$W/full.vhdx" bs=64K skip=48 count=1 status=none
+      dd if="$W/full.vhdx" bs=4K skip=1024 count=25 status=none; } >"$seeds/bs$bs.vhdx"
+  done
+  qemu-img create -q -f vhdx "$W/empty.vhdx" 3M
+  { head -c 256K "$W/empty.vhdx"
+    dd if="$W/empty.vhdx" bs=64K skip=16 count=1 status=none
+    dd if="$W/empty.vhdx" bs=64K skip=32 count=1 status=none
+    dd if="$W/empty.vhdx" bs=64K skip=48 count=1 status=none; } >"$seeds/empty.vhdx"
+}
+
 # dhcp_message FILE TYPE [OPTION-HEX...]: a BOOTREQUEST from the guest's MAC 02:6b:76:72:73:01 with DHCP
 # message type TYPE and further options, ended.
 dhcp_message() {
@@ -125,8 +161,10 @@ for t in "${TARGETS[@]}"; do
     qcow2) max_len=262144 ;;
     vmdk) max_len=524288 ;;
     parent) max_len=524288 ;;
+    vhd) max_len=1048576 ;;
+    vhdx) max_len=1048576 ;;
     dhcp) max_len=1500 ;;
-    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent or dhcp)" >&2; exit 2 ;;
+    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent, vhd, vhdx or dhcp)" >&2; exit 2 ;;
   esac
   SEEDS=fuzz/corpus/$t
   mkdir -p "$SEEDS"

@@ -328,7 +328,8 @@ fn checksum_sha512() {
     checksum_ok("http-checksum-sha512", &e.name, &e.url(), "sha512");
 }
 
-/// A compressed vhdx is spooled to scratch for qemu-img; the checksum covers the source as it streamed.
+/// A compressed vhdx is spooled to scratch and read natively from there; the checksum covers the source as it
+/// streamed (before decompression and spooling).
 #[test]
 fn checksum_with_scratch_spooled_vhdx() {
     let e = entry("vhdx-dyn.vhdx.zst");

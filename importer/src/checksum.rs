@@ -1,5 +1,5 @@
-//! Checksums of the source bytes as served (`md5|sha1|sha256|sha512:hex`), computed by a tap on the raw
-//! byte stream below decompression.
+//! Checksums of the source bytes as served (`md5|sha1|sha256|sha512:hex`), computed below decompression: by the
+//! network sources themselves on the chunks they receive (no copy), or by a tap on the raw byte stream.
 
 use std::fmt;
 use std::io::{self, Read};
@@ -8,6 +8,7 @@ use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use bytes::Bytes;
 use md5::Md5;
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha512};
@@ -128,18 +129,64 @@ impl State {
     }
 }
 
-/// Bytes gathered before they are handed to the hashing thread.
-const HASH_CHUNK: usize = 1 << 20;
+/// Copied bytes gathered into one piece.
+const HASH_CHUNK: usize = 256 << 10;
+/// Bytes of pieces handed to the hashing thread at once (one wake-up of the thread per batch, not per piece).
+const HASH_BATCH: usize = 1 << 20;
+/// Batches queued for the hashing thread before a feeder waits. With the batch being filled, the hasher holds at
+/// most `(HASH_QUEUE + 1) * HASH_BATCH` bytes (plus the unused rest of the body chunks' buffers), which lets
+/// the hashing thread fall a few milliseconds behind without holding up the reader.
+const HASH_QUEUE: usize = 6;
 
 struct Shared {
+    /// Copied bytes not yet made a piece (fed by [`Hasher::update`]).
     pending: Vec<u8>,
-    tx: Option<SyncSender<Vec<u8>>>,
+    /// Pieces not yet handed over, in order, and their total length.
+    batch: Vec<Bytes>,
+    batch_len: usize,
+    tx: Option<SyncSender<Vec<Bytes>>>,
     thread: Option<JoinHandle<String>>,
+    /// Hashes inline when there is no thread.
+    inline: Option<State>,
     result: Option<String>,
+    /// The source feeds the hasher its chunks itself ([`Hasher::source_tap`]).
+    fed_by_source: bool,
 }
 
-/// An incremental hasher that hashes on its own thread (so hashing overlaps with conversion), shared
-/// between the tap in the stream and the pipeline that finalises it.
+impl Shared {
+    /// Adds `piece` to the batch; hands the batch to the hashing thread (or hashes it inline without one) once
+    /// it holds [`HASH_BATCH`] bytes, or with `flush`.
+    fn push(&mut self, piece: Bytes, flush: bool) {
+        if !piece.is_empty() {
+            self.batch_len += piece.len();
+            self.batch.push(piece);
+        }
+        if self.batch.is_empty() || (!flush && self.batch_len < HASH_BATCH) {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.batch_len = 0;
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(batch);
+        } else if let Some(st) = &mut self.inline {
+            batch.iter().for_each(|p| st.update(p));
+        }
+    }
+
+    /// Makes the copied bytes a piece.
+    fn take_pending(&mut self) -> Bytes {
+        Bytes::from(std::mem::take(&mut self.pending))
+    }
+}
+
+/// An incremental hasher that hashes on its own thread (so hashing overlaps with reading, conversion and
+/// writing), shared between the tap in the stream and the pipeline that finalises it.
+///
+/// Two ways in: [`Hasher::update_shared`] takes reference-counted chunks as a network source received them
+/// and hands them to the thread as they are (no copy: the thread reads the same memory the reader copies the
+/// data out of); [`Hasher::update`] copies borrowed bytes into pieces of [`HASH_CHUNK`] first. Pieces go over
+/// in batches of about [`HASH_BATCH`] bytes through a bounded queue: a feeder that gets ahead of the hashing
+/// thread waits, so memory stays bounded.
 #[derive(Clone)]
 pub struct Hasher {
     algorithm: Algorithm,
@@ -149,65 +196,94 @@ pub struct Hasher {
 impl Hasher {
     /// A fresh hasher.
     pub fn new(algorithm: Algorithm) -> Self {
-        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(4);
+        let (tx, rx) = mpsc::sync_channel::<Vec<Bytes>>(HASH_QUEUE);
         let thread = std::thread::Builder::new()
             .name("checksum".into())
             .spawn(move || {
                 let mut st = State::new(algorithm);
-                for chunk in rx {
-                    st.update(&chunk);
+                for batch in rx {
+                    batch.iter().for_each(|p| st.update(p));
                 }
                 st.hex()
             })
             .ok();
-        let (tx, thread, result) = match thread {
+        let (tx, thread, inline) = match thread {
             Some(t) => (Some(tx), Some(t), None),
             // Without a thread (resource exhaustion), hash inline.
-            None => (None, None, None),
+            None => {
+                tracing::warn!("no hashing thread; hashing inline");
+                (None, None, Some(State::new(algorithm)))
+            }
         };
-        let shared = Shared { pending: Vec::new(), tx, thread, result };
-        let h = Hasher { algorithm, shared: Arc::new(Mutex::new(shared)) };
-        if h.lock().tx.is_none() {
-            tracing::warn!("no hashing thread; hashing inline");
-        }
-        h
+        let shared = Shared {
+            pending: Vec::new(),
+            batch: Vec::new(),
+            batch_len: 0,
+            tx,
+            thread,
+            inline,
+            result: None,
+            fed_by_source: false,
+        };
+        Hasher { algorithm, shared: Arc::new(Mutex::new(shared)) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Feeds bytes.
+    /// Feeds bytes (copied).
     pub fn update(&self, data: &[u8]) {
         let mut sh = self.lock();
         if sh.result.is_some() {
             return;
         }
+        if sh.pending.capacity() == 0 {
+            sh.pending.reserve(HASH_CHUNK);
+        }
         sh.pending.extend_from_slice(data);
         if sh.pending.len() >= HASH_CHUNK {
-            let chunk = std::mem::take(&mut sh.pending);
-            if let Some(tx) = &sh.tx {
-                let _ = tx.send(chunk);
-            }
+            let piece = sh.take_pending();
+            sh.push(piece, false);
         }
+    }
+
+    /// Feeds a chunk without copying it: the hashing thread reads it while the caller goes on using it.
+    pub fn update_shared(&self, chunk: &Bytes) {
+        let mut sh = self.lock();
+        if sh.result.is_some() {
+            return;
+        }
+        let piece = sh.take_pending();
+        sh.push(piece, false);
+        sh.push(chunk.clone(), false);
+    }
+
+    /// The same hasher, for a source that feeds it every chunk it delivers ([`Hasher::update_shared`]); from
+    /// then on [`Hasher::fed_by_source`] says so, and the stream must not be tapped a second time.
+    pub fn source_tap(&self) -> Hasher {
+        self.lock().fed_by_source = true;
+        self.clone()
+    }
+
+    /// Whether a source feeds this hasher itself ([`Hasher::source_tap`]).
+    pub fn fed_by_source(&self) -> bool {
+        self.lock().fed_by_source
     }
 
     /// `algorithm:hex` of everything fed so far. Finalises: later updates are ignored.
     pub fn hex(&self) -> String {
         let mut sh = self.lock();
         if sh.result.is_none() {
-            let rest = std::mem::take(&mut sh.pending);
-            let hex = match (sh.tx.take(), sh.thread.take()) {
-                (Some(tx), Some(t)) => {
-                    let _ = tx.send(rest);
+            let piece = sh.take_pending();
+            sh.push(piece, true);
+            let hex = match (sh.tx.take(), sh.thread.take(), sh.inline.take()) {
+                (Some(tx), Some(t), _) => {
                     drop(tx);
                     t.join().unwrap_or_default()
                 }
-                _ => {
-                    let mut st = State::new(self.algorithm);
-                    st.update(&rest);
-                    st.hex()
-                }
+                (_, _, Some(st)) => st.hex(),
+                _ => String::new(),
             };
             sh.result = Some(hex);
         }
@@ -280,6 +356,21 @@ mod tests {
         let h = Hasher::new(Algorithm::Sha512);
         h.update(b"abc");
         assert!(h.hex().starts_with("sha512:ddaf35a193617aba"));
+        // Shared chunks and copied bytes interleave in order; a source tap is remembered.
+        let h = Hasher::new(Algorithm::Sha256);
+        let tap = h.source_tap();
+        assert!(h.fed_by_source());
+        tap.update(b"a");
+        tap.update_shared(&Bytes::from_static(b"b"));
+        tap.update(b"c");
+        assert_eq!(h.hex(), cases[2].1);
+        let big: Vec<u8> = (0..3 * HASH_CHUNK + 5).map(|i| (i % 251) as u8).collect();
+        let (h1, h2) = (Hasher::new(Algorithm::Sha256), Hasher::new(Algorithm::Sha256));
+        h1.update(&big);
+        for piece in big.chunks(100_000) {
+            h2.update_shared(&Bytes::copy_from_slice(piece));
+        }
+        assert_eq!(h1.hex(), h2.hex());
         let wrong: ExpectedChecksum = format!("md5:{}", "0".repeat(32)).parse().unwrap_or_else(|e| panic!("{e}"));
         let h = Hasher::new(Algorithm::Md5);
         let err = h.verify(&wrong).err().map(|e| e.to_string()).unwrap_or_default();

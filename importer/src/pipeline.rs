@@ -9,7 +9,8 @@
 //!
 //! Every plan that reads the stream only partly (native qcow2, streamOptimized vmdk, an OVA's disk) drains the
 //! rest when a checksum is verified or the source is a registry layer, so every source byte is hashed and the
-//! layer's own checks run.
+//! layer's own checks run. A vhd or vhdx read by positional reads of the source drains the stream first when it
+//! is hashed (a local file is then read twice, an HTTP source transferred twice), else closes it unread.
 
 use std::io::{self, Read};
 use std::path::PathBuf;
@@ -22,9 +23,10 @@ use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
 use crate::error::{Tagger, untag};
 use crate::format::ova::{self, DiskMember, OvaError};
+use crate::format::positional::FileAccess;
 use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
-use crate::format::{self, FormatError, qemu_img, vmdk};
-use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SizeRule};
+use crate::format::{self, FormatError, parent, qemu_img, vhd, vhdx, vmdk};
+use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SeekInput, SizeRule};
 use crate::progress::{CountingReader, Phase, Progress};
 use crate::sink::{self, Sink};
 use crate::source::{self, OpenedSource, SourceLocation, SourceOptions};
@@ -117,7 +119,7 @@ pub fn probe(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<Probed> {
-    probe_opened(source::open(location, http, rt)?, location, progress, hasher)
+    probe_opened(source::open_hashed(location, http, rt, hasher)?, location, progress, hasher)
 }
 
 /// [`probe`] for a source the caller opened itself (a push source: an upload body). `location` only names
@@ -132,8 +134,8 @@ pub fn probe_opened(
     let loc = location.clone();
     let counted = CountingReader::new(stream, progress.clone());
     let raw: BoxRead = match hasher {
-        Some(h) => Box::new(HashingReader::new(counted, h.clone())),
-        None => Box::new(counted),
+        Some(h) if !h.fed_by_source() => Box::new(HashingReader::new(counted, h.clone())),
+        _ => Box::new(counted),
     };
     let mut stream: BoxRead = Box::new(Tagger::new(raw, move |e: io::Error, offset| {
         let kind = match &loc {
@@ -177,23 +179,25 @@ pub fn compression_name(c: &[Compression]) -> String {
 /// Runs an import. Must be called from a blocking thread inside a Tokio runtime whose handle is `rt`.
 pub fn import(req: &ImportRequest, progress: &Progress, rt: &tokio::runtime::Handle) -> Result<ImportReport> {
     let started = Instant::now();
-    let opened = source::open(&req.source, &req.http, rt)?;
-    import_from(req, opened, progress, started)
+    let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
+    let opened = source::open_hashed(&req.source, &req.http, rt, hasher.as_ref())?;
+    import_from(req, opened, hasher, progress, started)
 }
 
 /// Runs an import from a source the caller opened itself (a push source: an upload body streamed by the
 /// upload server); `req.source` only names it in errors. Must be called from a blocking thread.
 pub fn import_opened(req: &ImportRequest, opened: OpenedSource, progress: &Progress) -> Result<ImportReport> {
-    import_from(req, opened, progress, Instant::now())
+    let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
+    import_from(req, opened, hasher, progress, Instant::now())
 }
 
 fn import_from(
     req: &ImportRequest,
     opened: OpenedSource,
+    hasher: Option<Hasher>,
     progress: &Progress,
     started: Instant,
 ) -> Result<ImportReport> {
-    let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
     let probed = probe_opened(opened, &req.source, progress, hasher.as_ref())?;
     let plan = plan::plan(Probe {
         format: probed.format,
@@ -204,7 +208,12 @@ fn import_from(
         stream_optimized: probed.format == ImageFormat::Vmdk && vmdk::is_stream_optimized(&probed.head),
     })?;
     if let Some(dir) = &req.scratch
-        && matches!(plan, Plan::Qcow2 { refetch: RefetchPlan::Spill } | Plan::QemuImg { input: DelegateInput::Spool })
+        && matches!(
+            plan,
+            Plan::Qcow2 { refetch: RefetchPlan::Spill }
+                | Plan::QemuImg { input: DelegateInput::Spool }
+                | Plan::Seekable { input: SeekInput::Spool }
+        )
         && !dir.is_dir()
     {
         return Err(Error::Scratch {
@@ -309,6 +318,32 @@ fn execute(
             }
             Ok(sizes)
         }
+        Plan::Seekable { input } => {
+            let spooled;
+            let image: std::sync::Arc<dyn source::RandomAccess> = match input {
+                SeekInput::Source => {
+                    if read_all {
+                        drain(&mut stream)?;
+                    }
+                    // Not read further: close it (an HTTP GET) before the positional reads start.
+                    drop(std::mem::replace(&mut stream, Box::new(io::empty())));
+                    random_access.ok_or_else(|| Error::InvalidRequest(String::from("no positional reads")))?
+                }
+                SeekInput::Spool => {
+                    let dir = req
+                        .scratch
+                        .clone()
+                        .ok_or_else(|| Error::ScratchRequired(String::from("no scratch directory")))?;
+                    progress.start_phase(Phase::Spool, size);
+                    progress.set_done(progress.snapshot().source_bytes);
+                    spooled = spool(&mut stream, &dir)?;
+                    let serr = |source| Error::Scratch { path: dir.clone(), source };
+                    let file = spooled.as_file().try_clone().map_err(serr)?;
+                    std::sync::Arc::new(FileAccess::new(file).map_err(serr)?)
+                }
+            };
+            seekable_native(req, sink, format, image, input == SeekInput::Source, progress)
+        }
         Plan::QemuImg { input } => {
             let spooled;
             let path = match input {
@@ -353,6 +388,69 @@ fn execute(
             Ok((info.virtual_size, target))
         }
     }
+}
+
+/// Positional reads that count as source bytes and as progress (reads of the source itself, not of a spool).
+struct CountingAccess {
+    inner: std::sync::Arc<dyn source::RandomAccess>,
+    progress: Progress,
+    source_bytes: bool,
+}
+
+impl source::RandomAccess for CountingAccess {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read_at(offset, buf)?;
+        self.progress.advance(buf.len() as u64);
+        if self.source_bytes {
+            self.progress.add_source_bytes(n as u64);
+        }
+        Ok(n)
+    }
+}
+
+/// Converts a vhd or vhdx natively by positional reads of `image` (the source when `from_source`, else a
+/// spooled copy); returns (virtual size, target size).
+fn seekable_native(
+    req: &ImportRequest,
+    sink: &mut dyn Sink,
+    format: ImageFormat,
+    image: std::sync::Arc<dyn source::RandomAccess>,
+    from_source: bool,
+    progress: &Progress,
+) -> Result<(u64, u64)> {
+    progress.start_phase(Phase::Convert, Some(image.size()));
+    let image = CountingAccess { inner: image, progress: progress.clone(), source_bytes: from_source };
+    if let Some(p) = parent::find(format, &image).map_err(|e| untag(e, 0))? {
+        return Err(Error::Format { format, source: FormatError::Parent(p) });
+    }
+    let vs = match format {
+        ImageFormat::Vpc => {
+            let v = vhd::Vhd::open(&image)?;
+            let target = plan::target_size(v.virtual_size(), req.size, sink.capacity())?;
+            sink.ensure_len(target)?;
+            let stats = v.convert(&image, sink)?;
+            tracing::info!(blocks = stats.blocks, data_bytes = stats.data_bytes, "converted the vhd");
+            v.virtual_size()
+        }
+        ImageFormat::Vhdx => {
+            let v = vhdx::Vhdx::open(&image)?;
+            let target = plan::target_size(v.virtual_size(), req.size, sink.capacity())?;
+            sink.ensure_len(target)?;
+            let stats = v.convert(&image, sink)?;
+            tracing::info!(blocks = stats.blocks, data_bytes = stats.data_bytes, "converted the vhdx");
+            v.virtual_size()
+        }
+        other => {
+            return Err(Error::InvalidRequest(format!("{other} images are not read by positional reads")));
+        }
+    };
+    let target = plan::target_size(vs, req.size, sink.capacity())?;
+    sink.write_zeroes(vs, target - vs)?;
+    Ok((vs, target))
 }
 
 /// Copies a raw stream (of `known_size` bytes when known) into the sink; returns (virtual size, target size).

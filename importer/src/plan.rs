@@ -9,7 +9,10 @@
 //!                                                                  bound, then the scratch directory; fails
 //!                                                                  asking for scratch space without one)
 //! vmdk with compressed grains + markers (streamOptimized) ─────► VmdkStream (single pass, any source, no scratch)
-//! other vmdk, vpc/vhdx/vdi ─┬─ uncompressed local file ───────► QemuImg { input: LocalFile }
+//! vpc (vhd), vhdx ─┬─ uncompressed source with positional reads ► Seekable { input: Source } (native, no scratch)
+//!                  ├─ --scratch given ────────────────────────► Seekable { input: Spool }  (native)
+//!                  └─ otherwise ──────────────────────────────► error: scratch space required
+//! other vmdk, vdi ──────────┬─ uncompressed local file ───────► QemuImg { input: LocalFile }
 //!                           ├─ --scratch given ───────────────► QemuImg { input: Spool }
 //!                           └─ otherwise ─────────────────────► error: scratch space required
 //! tar whose first member is an .ovf (OVA) ────────────────────► Ova (single pass to the chosen disk, any source)
@@ -38,6 +41,15 @@ pub enum DelegateInput {
     Spool,
 }
 
+/// Where a native reader of a random-access format (vhd, vhdx) gets its positional reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekInput {
+    /// The source's own (local file, HTTP Range, S3 ranged reads).
+    Source,
+    /// A copy spooled to the scratch directory.
+    Spool,
+}
+
 /// How the import runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
@@ -53,6 +65,11 @@ pub enum Plan {
     /// An OVA: the stream is read up to the chosen disk's member, which is converted natively (streamOptimized
     /// vmdk, qcow2 with the spill fallback) or copied (raw).
     Ova,
+    /// Native conversion of a random-access format (vhd, vhdx) by positional reads.
+    Seekable {
+        /// Where the positional reads go.
+        input: SeekInput,
+    },
     /// Conversion by `qemu-img`.
     QemuImg {
         /// Its input.
@@ -69,6 +86,8 @@ impl Plan {
             Plan::Qcow2 { refetch: RefetchPlan::Spill } => "qcow2-stream",
             Plan::VmdkStream => "vmdk-stream",
             Plan::Ova => "ova-stream",
+            Plan::Seekable { input: SeekInput::Source } => "positional",
+            Plan::Seekable { input: SeekInput::Spool } => "scratch+positional",
             Plan::QemuImg { input: DelegateInput::LocalFile } => "qemu-img",
             Plan::QemuImg { input: DelegateInput::Spool } => "scratch+qemu-img",
         }
@@ -108,7 +127,19 @@ pub fn plan(p: Probe) -> Result<Plan> {
         ImageFormat::Qcow2 => Ok(Plan::Qcow2 {
             refetch: if p.random_access && !p.compressed { RefetchPlan::Random } else { RefetchPlan::Spill },
         }),
-        f @ (ImageFormat::Vmdk | ImageFormat::Vpc | ImageFormat::Vhdx | ImageFormat::Vdi) => {
+        f @ (ImageFormat::Vpc | ImageFormat::Vhdx) => {
+            if p.random_access && !p.compressed {
+                Ok(Plan::Seekable { input: SeekInput::Source })
+            } else if p.scratch {
+                Ok(Plan::Seekable { input: SeekInput::Spool })
+            } else {
+                Err(Error::ScratchRequired(format!(
+                    "{f} images are read by positional reads, which this source does not offer (no Range support, \
+                     or compressed); pass --scratch DIR to spool it there"
+                )))
+            }
+        }
+        f @ (ImageFormat::Vmdk | ImageFormat::Vdi) => {
             if p.local_file && !p.compressed {
                 Ok(Plan::QemuImg { input: DelegateInput::LocalFile })
             } else if p.scratch {
@@ -193,7 +224,14 @@ mod tests {
         assert_eq!(p(Qcow2, false, false, false, true).ok(), Some(Plan::Qcow2 { refetch: Spill }));
         assert_eq!(p(Vmdk, false, true, true, false).ok(), Some(Plan::QemuImg { input: LocalFile }));
         assert_eq!(p(Vdi, true, true, true, true).ok(), Some(Plan::QemuImg { input: Spool }));
-        assert!(matches!(p(Vhdx, false, true, false, false), Err(Error::ScratchRequired(_))));
+        assert!(matches!(p(Vdi, false, true, false, false), Err(Error::ScratchRequired(_))));
+        // vhd and vhdx: native by positional reads of the source, else of a spooled copy
+        assert_eq!(p(Vhdx, false, true, false, false).ok(), Some(Plan::Seekable { input: SeekInput::Source }));
+        assert_eq!(p(Vpc, false, true, true, false).ok(), Some(Plan::Seekable { input: SeekInput::Source }));
+        assert_eq!(p(Vpc, true, true, true, true).ok(), Some(Plan::Seekable { input: SeekInput::Spool }));
+        assert_eq!(p(Vhdx, false, false, false, true).ok(), Some(Plan::Seekable { input: SeekInput::Spool }));
+        assert!(matches!(p(Vhdx, true, true, true, false), Err(Error::ScratchRequired(_))));
+        assert!(matches!(p(Vpc, false, false, false, false), Err(Error::ScratchRequired(_))));
         assert!(p(Tar, false, true, true, true).is_err());
         // streamOptimized vmdk and OVA: native from any source, never scratch
         assert_eq!(so(Vmdk, false, false, false, false).ok(), Some(Plan::VmdkStream));

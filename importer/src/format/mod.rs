@@ -1,8 +1,9 @@
 //! Image formats. Raw (and ISO) stream straight through; qcow2 ([`qcow2`]) and streamOptimized vmdk
 //! ([`vmdk`]) are converted natively in one pass; an OVA ([`ova`]) is read as a stream up to the disk it
-//! imports, which is converted by those same paths; other vmdk, vhd (vpc), vhdx and vdi are delegated to
-//! `qemu-img` on a seekable local file ([`qemu_img`]), after their own bytes were checked for a parent image
-//! ([`parent`]).
+//! imports, which is converted by those same paths; vhd ([`vhd`]) and vhdx ([`vhdx`]) are read natively by
+//! positional reads ([`positional`]) of the source or of a spooled copy; other vmdk and vdi are delegated to
+//! `qemu-img` on a seekable local file ([`qemu_img`]). Images of the formats with child forms are checked for a
+//! parent image from their own bytes first ([`parent`]).
 
 use std::io::Read;
 
@@ -12,9 +13,12 @@ use crate::{Error, Result};
 
 pub mod ova;
 pub mod parent;
+pub mod positional;
 pub mod qcow2;
 pub mod qemu_img;
 pub mod qemu_process;
+pub mod vhd;
+pub mod vhdx;
 pub mod vmdk;
 
 /// A format-level problem with the image.
@@ -29,6 +33,12 @@ pub enum FormatError {
     /// An OVA problem.
     #[error(transparent)]
     Ova(#[from] ova::OvaError),
+    /// A VHD (vpc) problem.
+    #[error(transparent)]
+    Vhd(#[from] vhd::VhdError),
+    /// A VHDX problem.
+    #[error(transparent)]
+    Vhdx(#[from] vhdx::VhdxError),
     /// The image uses a feature the importer refuses.
     #[error("{0}")]
     Refused(String),

@@ -21,6 +21,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, inside, pump};
+use crate::checksum::Hasher;
 use crate::{Error, Result};
 use contracts::errors::chain_line;
 
@@ -234,8 +235,8 @@ fn content_range_start(h: &HeaderMap) -> Option<u64> {
 }
 
 /// Opens an HTTP(S) source: HEAD for size and Range support (a failing HEAD is tolerated), then the GET that
-/// is streamed.
-pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource> {
+/// is streamed. The body's chunks are handed to `hasher` as they are received, without a copy.
+pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle, hasher: Option<&Hasher>) -> Result<OpenedSource> {
     let client = Arc::new(Client::new(url, opts)?);
     let (head_len, head_ranges) = match rt.block_on(client.send_once(Method::HEAD, None, false)) {
         Ok(r) => (content_length(r.headers()), accepts_ranges(r.headers())),
@@ -264,7 +265,7 @@ pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle) -> Result<OpenedSource
         _ => None,
     };
     Ok(OpenedSource {
-        stream: Box::new(ChannelReader::new(rx)),
+        stream: Box::new(ChannelReader::new(rx).tapped(hasher)),
         size,
         random_access,
         local_path: None,

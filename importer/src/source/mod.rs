@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::checksum::Hasher;
 use crate::decompress::BoxRead;
 use crate::{Error, Result};
 
@@ -317,16 +318,24 @@ pub(crate) async fn pump<B, R, F>(
 }
 
 /// The synchronous end of a bounded channel fed by an async body pump (HTTP, S3): blocks for the next
-/// chunk; the pump's error ends the stream with that error; a closed channel is the end of the stream.
+/// chunk; the pump's error ends the stream with that error; a closed channel is the end of the stream. With a
+/// tap, every chunk is handed to a [`Hasher`] as it is received, without a copy.
 pub(crate) struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>,
     cur: bytes::Bytes,
+    tap: Option<Hasher>,
 }
 
 impl ChannelReader {
     /// Reads from `rx`.
     pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>) -> Self {
-        ChannelReader { rx, cur: bytes::Bytes::new() }
+        ChannelReader { rx, cur: bytes::Bytes::new(), tap: None }
+    }
+
+    /// Feeds every chunk to `hasher` (which then says it is [`Hasher::fed_by_source`]).
+    pub(crate) fn tapped(mut self, hasher: Option<&Hasher>) -> Self {
+        self.tap = hasher.map(Hasher::source_tap);
+        self
     }
 }
 
@@ -336,7 +345,12 @@ impl std::io::Read for ChannelReader {
             match self.rx.blocking_recv() {
                 None => return Ok(0),
                 Some(Err(e)) => return Err(e),
-                Some(Ok(b)) => self.cur = b,
+                Some(Ok(b)) => {
+                    if let Some(h) = &self.tap {
+                        h.update_shared(&b);
+                    }
+                    self.cur = b;
+                }
             }
         }
         let n = buf.len().min(self.cur.len());
@@ -349,9 +363,20 @@ impl std::io::Read for ChannelReader {
 /// Opens `location`. HTTP needs a Tokio runtime handle; the returned stream and random access block on it,
 /// so they must be used from a blocking thread.
 pub fn open(location: &SourceLocation, http: &SourceOptions, rt: &tokio::runtime::Handle) -> Result<OpenedSource> {
+    open_hashed(location, http, rt, None)
+}
+
+/// [`open`], and an HTTP source feeds `hasher` the bytes as served itself, as it receives them, without a copy
+/// ([`Hasher::fed_by_source`] then says so); with other sources the caller taps the stream.
+pub fn open_hashed(
+    location: &SourceLocation,
+    http: &SourceOptions,
+    rt: &tokio::runtime::Handle,
+    hasher: Option<&Hasher>,
+) -> Result<OpenedSource> {
     match location {
         SourceLocation::File(p) => file::open(p),
-        SourceLocation::Http(u) => http::open(u, http, rt),
+        SourceLocation::Http(u) => http::open(u, http, rt, hasher),
         SourceLocation::S3 { url, endpoint } => s3::open(url, endpoint.as_ref(), http, rt),
         SourceLocation::Registry(r) => registry::open(r, http, rt),
     }
