@@ -35,6 +35,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod pod;
 pub mod progress;
+pub mod resume;
 pub mod serve;
 pub mod sink;
 pub mod source;

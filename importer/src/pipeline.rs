@@ -26,6 +26,7 @@ use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
 use crate::format::{self, FormatError, qemu_img, vmdk};
 use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SizeRule};
 use crate::progress::{CountingReader, Phase, Progress};
+use crate::resume::{Checkpoint, Checkpointing, Layout};
 use crate::sink::{self, Sink};
 use crate::source::{self, OpenedSource, SourceLocation, SourceOptions};
 use crate::{Error, Result};
@@ -47,6 +48,9 @@ pub struct ImportRequest {
     pub http: SourceOptions,
     /// Scratch directory for formats/sources that need one.
     pub scratch: Option<PathBuf>,
+    /// Resume from the checkpoint an interrupted run left next to a file target, and write checkpoints
+    /// ([`resume`](crate::resume)); without it an existing target is replaced.
+    pub resume: bool,
 }
 
 /// The result of a successful import.
@@ -128,7 +132,7 @@ pub fn probe_opened(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<Probed> {
-    let OpenedSource { stream, size, random_access, local_path, image_env } = opened;
+    let OpenedSource { stream, size, random_access, local_path, image_env, .. } = opened;
     let loc = location.clone();
     let counted = CountingReader::new(stream, progress.clone());
     let raw: BoxRead = match hasher {
@@ -177,8 +181,93 @@ pub fn compression_name(c: &[Compression]) -> String {
 /// Runs an import. Must be called from a blocking thread inside a Tokio runtime whose handle is `rt`.
 pub fn import(req: &ImportRequest, progress: &Progress, rt: &tokio::runtime::Handle) -> Result<ImportReport> {
     let started = Instant::now();
+    if req.resume {
+        if let Some(report) = resume(req, progress, rt, started)? {
+            return Ok(report);
+        }
+        Checkpoint::remove(&req.dest);
+    }
     let opened = source::open(&req.source, &req.http, rt)?;
     import_from(req, opened, progress, started)
+}
+
+/// Continues an interrupted import from its checkpoint ([`resume`](crate::resume)); `Ok(None)` when there is
+/// nothing to continue (no or another checkpoint, a changed source, no Range): the caller starts over.
+fn resume(
+    req: &ImportRequest,
+    progress: &Progress,
+    rt: &tokio::runtime::Handle,
+    started: Instant,
+) -> Result<Option<ImportReport>> {
+    let SourceLocation::Http(url) = &req.source else { return Ok(None) };
+    let Some(ckpt) = Checkpoint::load(&req.dest) else { return Ok(None) };
+    if !ckpt.resumes(&req.source.to_string(), &req.dest) {
+        tracing::info!("the import checkpoint does not match the source or the target; starting over");
+        return Ok(None);
+    }
+    let Some(opened) = source::http::open_from(url, &req.http, rt, ckpt.durable, &ckpt.validator)? else {
+        return Ok(None);
+    };
+    let from = ckpt.durable;
+    tracing::info!(from, size = ckpt.validator.size, "resuming the import where its durable data ends");
+    let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
+    if let (Some(h), Some(ra)) = (&hasher, &opened.random_access) {
+        // The digest covers every byte: the part already written is read again, only to be hashed.
+        hash_prefix(ra.as_ref(), from, h, progress)?;
+    }
+    let mut sink: Box<dyn Sink> = Box::new(sink::TargetSink::resume_file(&req.dest, req.preallocate, from)?);
+    let size = ckpt.validator.size;
+    let run = (|| -> Result<(u64, u64)> {
+        let target = plan::target_size(size, req.size, sink.capacity())?;
+        sink.ensure_len(target)?;
+        progress.start_phase(Phase::Import, Some(size));
+        progress.set_done(from);
+        let counted = CountingReader::new(opened.stream, progress.clone());
+        let raw: BoxRead = match &hasher {
+            Some(h) => Box::new(HashingReader::new(counted, h.clone())),
+            None => Box::new(counted),
+        };
+        let what = url.to_string();
+        let mut stream = Tagger::new(raw, move |e: io::Error, offset| Error::Connect {
+            kind: "http",
+            url: what.clone(),
+            message: format!("transfer failed at byte {}: {e}", from + offset),
+        });
+        let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone());
+        let copied = format::copy_raw(&mut stream, &mut w, Some(size - from))?;
+        if copied != size - from {
+            return Err(Error::InvalidRequest(format!("the source ended at byte {} of {size}", from + copied)));
+        }
+        sink.write_zeroes(size, target - size)?;
+        Ok((size, target))
+    })();
+    let sizes = match run {
+        Ok(s) => s,
+        Err(e) => {
+            sink.abort();
+            Checkpoint::remove(&req.dest);
+            return Err(e);
+        }
+    };
+    let plan = Plan::Stream;
+    conclude(req, sink, hasher.as_ref(), progress, sizes, plan, Concluded::raw(started)).map(Some)
+}
+
+/// Feeds the source's first `len` bytes, read with positional reads, to `hasher`.
+fn hash_prefix(ra: &dyn source::RandomAccess, len: u64, hasher: &Hasher, progress: &Progress) -> Result<()> {
+    let mut buf = vec![0u8; 4 << 20];
+    let mut pos = 0u64;
+    while pos < len {
+        let want = ((len - pos) as usize).min(buf.len());
+        let n = ra.read_at(pos, &mut buf[..want]).map_err(|e| untag(e, pos))?;
+        if n == 0 {
+            return Err(Error::InvalidRequest(format!("the source ended at byte {pos} while hashing its first {len}")));
+        }
+        hasher.update(&buf[..n]);
+        progress.add_source_bytes(n as u64);
+        pos += n as u64;
+    }
+    Ok(())
 }
 
 /// Runs an import from a source the caller opened itself (a push source: an upload body streamed by the
@@ -194,6 +283,7 @@ fn import_from(
     started: Instant,
 ) -> Result<ImportReport> {
     let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
+    let validator = opened.validator.clone();
     let probed = probe_opened(opened, &req.source, progress, hasher.as_ref())?;
     let plan = plan::plan(Probe {
         format: probed.format,
@@ -214,49 +304,85 @@ fn import_from(
     }
     tracing::info!(format = %probed.format, compression = %compression_name(&probed.compressions), strategy = plan.name(), "probed source");
     let mut sink = sink::open(&req.dest, req.preallocate)?;
-    let compression = compression_name(&probed.compressions);
-    let image_env = probed.image_env.clone();
-    let format = probed.format;
-    match execute(req, plan, probed, sink.as_mut(), progress, hasher.as_ref()) {
-        Ok((virtual_size, target_size)) => {
-            let checksum = match (&hasher, &req.checksum) {
-                (Some(h), Some(want)) => match h.verify(want) {
-                    Ok(got) => Some(got),
-                    Err(e) => {
-                        sink.abort();
-                        return Err(e);
-                    }
-                },
-                _ => None,
-            };
-            progress.start_phase(Phase::Finish, None);
-            let report = match sink.finish(target_size) {
-                Ok(r) => r,
-                Err(e) => {
-                    sink.abort();
-                    return Err(e);
-                }
-            };
-            progress.add_written_bytes(report.bytes_written);
-            Ok(ImportReport {
-                format,
-                compression,
-                virtual_size,
-                target_size,
-                bytes_read: progress.snapshot().source_bytes,
-                bytes_written: report.bytes_written,
-                seconds: started.elapsed().as_secs_f64(),
-                checksum,
-                preallocated: report.preallocated,
-                strategy: plan.name(),
-                image_env,
-            })
+    // A resumable import (an uncompressed raw stream into a file, from a source with a version) checkpoints.
+    let checkpoint = match (&validator, plan) {
+        (Some(v), Plan::Stream) if req.resume && probed.compressions.is_empty() && sink.capacity().is_none() => {
+            Some(Checkpoint::start(req.source.to_string(), v.clone(), Layout::Raw))
         }
+        _ => None,
+    };
+    let about = Concluded {
+        format: probed.format,
+        compression: compression_name(&probed.compressions),
+        image_env: probed.image_env.clone(),
+        started,
+    };
+    match execute(req, plan, probed, sink.as_mut(), progress, hasher.as_ref(), checkpoint) {
+        Ok(sizes) => conclude(req, sink, hasher.as_ref(), progress, sizes, plan, about),
         Err(e) => {
             sink.abort();
+            Checkpoint::remove(&req.dest);
             Err(e)
         }
     }
+}
+
+/// What the report says beyond the sink's figures.
+struct Concluded {
+    format: ImageFormat,
+    compression: String,
+    image_env: Vec<String>,
+    started: Instant,
+}
+
+impl Concluded {
+    /// An uncompressed raw image (a resumed import).
+    fn raw(started: Instant) -> Self {
+        Concluded { format: ImageFormat::Raw, compression: compression_name(&[]), image_env: Vec::new(), started }
+    }
+}
+
+/// After the data is in: verifies the checksum, finishes the sink (size, preallocation, fsync), removes a resume
+/// checkpoint, and reports. On failure the sink is aborted (a file target is removed).
+fn conclude(
+    req: &ImportRequest,
+    mut sink: Box<dyn Sink>,
+    hasher: Option<&Hasher>,
+    progress: &Progress,
+    (virtual_size, target_size): (u64, u64),
+    plan: Plan,
+    about: Concluded,
+) -> Result<ImportReport> {
+    let finished = (|| {
+        let checksum = match (hasher, &req.checksum) {
+            (Some(h), Some(want)) => Some(h.verify(want)?),
+            _ => None,
+        };
+        progress.start_phase(Phase::Finish, None);
+        Ok((checksum, sink.finish(target_size)?))
+    })();
+    Checkpoint::remove(&req.dest);
+    let (checksum, report) = match finished {
+        Ok(r) => r,
+        Err(e) => {
+            sink.abort();
+            return Err(e);
+        }
+    };
+    progress.add_written_bytes(report.bytes_written);
+    Ok(ImportReport {
+        format: about.format,
+        compression: about.compression,
+        virtual_size,
+        target_size,
+        bytes_read: progress.snapshot().source_bytes,
+        bytes_written: report.bytes_written,
+        seconds: about.started.elapsed().as_secs_f64(),
+        checksum,
+        preallocated: report.preallocated,
+        strategy: plan.name(),
+        image_env: about.image_env,
+    })
 }
 
 /// Drains the rest of a stream (so a checksum covers every byte).
@@ -280,6 +406,7 @@ fn execute(
     sink: &mut dyn Sink,
     progress: &Progress,
     hasher: Option<&Hasher>,
+    checkpoint: Option<Checkpoint>,
 ) -> Result<(u64, u64)> {
     let Probed { size, random_access, local_path, compressions, format, head, mut stream, .. } = probed;
     let compressed = !compressions.is_empty();
@@ -290,7 +417,13 @@ fn execute(
     // second disk file, whiteouts) surface only at the end of the stream.
     let read_all = hasher.is_some() || matches!(req.source, SourceLocation::Registry(_));
     match plan {
-        Plan::Stream => stream_raw(req, sink, &mut stream, (!compressed).then_some(size).flatten()),
+        Plan::Stream => {
+            let known = (!compressed).then_some(size).flatten();
+            match checkpoint {
+                Some(c) => stream_raw(req, &mut Checkpointing::new(sink, &req.dest, c), &mut stream, known),
+                None => stream_raw(req, sink, &mut stream, known),
+            }
+        }
         Plan::Qcow2 { refetch } => {
             let file_size = (!compressed).then_some(size).flatten();
             let refetch = match (refetch, random_access, &req.scratch) {

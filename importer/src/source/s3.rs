@@ -327,6 +327,7 @@ pub fn open(
         random_access: Some(Arc::new(S3Access { obj, size, rt: rt.clone() })),
         local_path: None,
         image_env: Vec::new(),
+        validator: None,
     })
 }
 
