@@ -33,6 +33,19 @@ impl SlowFile {
         fs::write(&path, content(seed)).unwrap();
         SlowFile { path, url: format!("{}/slow/{name}", env().http_plain), token }
     }
+
+    /// The same content as a qcow2 made by `qemu-img convert` (64 KiB clusters, the holes left out).
+    fn qcow2(tag: &str, seed: u8) -> Self {
+        let token = unique_token(tag);
+        let name = format!("resume-{token}.qcow2");
+        let path = env().corpus.join(&name);
+        let raw = env().corpus.join(format!("resume-{token}.src"));
+        fs::write(&raw, content(seed)).unwrap();
+        let st = Command::new("qemu-img").args(["convert", "-f", "raw", "-O", "qcow2"]).arg(&raw).arg(&path).status();
+        let _ = fs::remove_file(&raw);
+        assert!(st.unwrap().success(), "qemu-img convert failed");
+        SlowFile { path, url: format!("{}/slow/{name}", env().http_plain), token }
+    }
 }
 
 impl Drop for SlowFile {
@@ -205,4 +218,31 @@ fn a_checkpoint_of_another_source_is_not_used() {
     assert!(out2.status.success(), "{}", String::from_utf8_lossy(&out2.stderr));
     assert_image_eq(&dest, tiny, None);
     assert!(!checkpoint_of(&dest).exists());
+}
+
+#[test]
+fn a_killed_qcow2_import_resumes_from_the_converters_frontier() {
+    let src = SlowFile::qcow2("resume-qcow2", 5);
+    let size = fs::metadata(&src.path).unwrap().len();
+    let out = OutDir::new("resume-qcow2");
+    let dest = out.join("disk.img");
+    let mut first = spawn(&src.url, &dest, &[]);
+    let frontier = kill_after(&mut first, &dest, 400 << 10);
+    assert!(frontier < size, "the import finished before it was killed");
+
+    run_to_end(&src.url, &dest, &[]);
+    assert_eq!(fs::read(&dest).unwrap(), content(5), "resumed qcow2 import differs from the image's contents");
+    assert!(!checkpoint_of(&dest).exists(), "checkpoint left after success");
+    let log = gets(&src.token);
+    // The stream from the frontier for the rest, the tables below it by small ranged reads, nothing whole again.
+    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={frontier}-")).collect();
+    assert_eq!(resumed.len(), 1, "one ranged GET from the frontier: {log:?}");
+    assert_eq!((resumed[0].0, resumed[0].1), (206, size - frontier), "{log:?}");
+    assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
+    let tables: u64 = log
+        .iter()
+        .filter(|(_, _, r)| r.starts_with("bytes=") && r.contains("-") && !r.ends_with('-'))
+        .map(|l| l.1)
+        .sum();
+    assert!(tables < 256 << 10, "tables re-read below the frontier: {tables} bytes ({log:?})");
 }

@@ -215,11 +215,16 @@ fn resume(
         // The digest covers every byte: the part already written is read again, only to be hashed.
         hash_prefix(ra.as_ref(), from, h, progress)?;
     }
-    let mut sink: Box<dyn Sink> = Box::new(sink::TargetSink::resume_file(&req.dest, req.preallocate, from)?);
+    // Raw: whatever was written past the durable end is dropped. Qcow2: the target is kept as it is (data
+    // past the frontier is written again).
+    let keep = match ckpt.layout {
+        Layout::Raw => from,
+        Layout::Qcow2 => std::fs::metadata(&req.dest).map(|m| m.len()).unwrap_or(0),
+    };
+    let mut sink: Box<dyn Sink> = Box::new(sink::TargetSink::resume_file(&req.dest, req.preallocate, keep)?);
     let size = ckpt.validator.size;
+    let random_access = opened.random_access.clone();
     let run = (|| -> Result<(u64, u64)> {
-        let target = plan::target_size(size, req.size, sink.capacity())?;
-        sink.ensure_len(target)?;
         progress.start_phase(Phase::Import, Some(size));
         progress.set_done(from);
         let counted = CountingReader::new(opened.stream, progress.clone());
@@ -233,13 +238,30 @@ fn resume(
             url: what.clone(),
             message: format!("transfer failed at byte {}: {e}", from + offset),
         });
-        let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone());
-        let copied = format::copy_raw(&mut stream, &mut w, Some(size - from))?;
-        if copied != size - from {
-            return Err(Error::InvalidRequest(format!("the source ended at byte {} of {size}", from + copied)));
+        match ckpt.layout {
+            Layout::Raw => {
+                let target = plan::target_size(size, req.size, sink.capacity())?;
+                sink.ensure_len(target)?;
+                let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone());
+                let copied = format::copy_raw(&mut stream, &mut w, Some(size - from))?;
+                if copied != size - from {
+                    return Err(Error::InvalidRequest(format!("the source ended at byte {} of {size}", from + copied)));
+                }
+                drop(w);
+                sink.write_zeroes(size, target - size)?;
+                Ok((size, target))
+            }
+            Layout::Qcow2 => {
+                let ra = random_access.ok_or_else(|| Error::InvalidRequest(String::from("no positional reads")))?;
+                let mut head = vec![0u8; HEAD_LEN.min(size as usize)];
+                let n = read_at_full(ra.as_ref(), 0, &mut head)?;
+                head.truncate(n);
+                let refetch = Refetch::Random(ra);
+                let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone());
+                let input = Qcow2Input { stream: &mut stream, head: &head, file_size: Some(size), refetch, from };
+                qcow2_native(req, &mut w, input, hasher.is_some())
+            }
         }
-        sink.write_zeroes(size, target - size)?;
-        Ok((size, target))
     })();
     let sizes = match run {
         Ok(s) => s,
@@ -249,8 +271,26 @@ fn resume(
             return Err(e);
         }
     };
-    let plan = Plan::Stream;
-    conclude(req, sink, hasher.as_ref(), progress, sizes, plan, Concluded::raw(started)).map(Some)
+    let (plan, about) = match ckpt.layout {
+        Layout::Raw => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, started)),
+        Layout::Qcow2 => {
+            (Plan::Qcow2 { refetch: RefetchPlan::Random }, Concluded::resumed(ImageFormat::Qcow2, started))
+        }
+    };
+    conclude(req, sink, hasher.as_ref(), progress, sizes, plan, about).map(Some)
+}
+
+/// Fills `buf` from positional reads at `offset` (less only at the end of the source).
+fn read_at_full(ra: &dyn source::RandomAccess, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let at = offset + n as u64;
+        match ra.read_at(at, &mut buf[n..]).map_err(|e| untag(e, at))? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
 }
 
 /// Feeds the source's first `len` bytes, read with positional reads, to `hasher`.
@@ -304,10 +344,16 @@ fn import_from(
     }
     tracing::info!(format = %probed.format, compression = %compression_name(&probed.compressions), strategy = plan.name(), "probed source");
     let mut sink = sink::open(&req.dest, req.preallocate)?;
-    // A resumable import (an uncompressed raw stream into a file, from a source with a version) checkpoints.
-    let checkpoint = match (&validator, plan) {
-        (Some(v), Plan::Stream) if req.resume && probed.compressions.is_empty() && sink.capacity().is_none() => {
-            Some(Checkpoint::start(req.source.to_string(), v.clone(), Layout::Raw))
+    // A resumable import (an uncompressed raw stream or a qcow2 with positional reads, into a file, from a
+    // source with a version) checkpoints.
+    let layout = match plan {
+        Plan::Stream => Some(Layout::Raw),
+        Plan::Qcow2 { refetch: RefetchPlan::Random } => Some(Layout::Qcow2),
+        _ => None,
+    };
+    let checkpoint = match (&validator, layout) {
+        (Some(v), Some(layout)) if req.resume && probed.compressions.is_empty() && sink.capacity().is_none() => {
+            Some(Checkpoint::start(req.source.to_string(), v.clone(), layout))
         }
         _ => None,
     };
@@ -336,9 +382,9 @@ struct Concluded {
 }
 
 impl Concluded {
-    /// An uncompressed raw image (a resumed import).
-    fn raw(started: Instant) -> Self {
-        Concluded { format: ImageFormat::Raw, compression: compression_name(&[]), image_env: Vec::new(), started }
+    /// A resumed import of an uncompressed image in `format`.
+    fn resumed(format: ImageFormat, started: Instant) -> Self {
+        Concluded { format, compression: compression_name(&[]), image_env: Vec::new(), started }
     }
 }
 
@@ -431,7 +477,11 @@ fn execute(
                 (_, _, Some(dir)) => Refetch::Spill(Spill::with_overflow(dir)),
                 _ => Refetch::Spill(Spill::memory()),
             };
-            qcow2_native(req, sink, &mut stream, &head, file_size, refetch, read_all)
+            let input = Qcow2Input { stream: &mut stream, head: &head, file_size, refetch, from: 0 };
+            match checkpoint {
+                Some(c) => qcow2_native(req, &mut Checkpointing::new(sink, &req.dest, c), input, read_all),
+                None => qcow2_native(req, sink, input, read_all),
+            }
         }
         Plan::VmdkStream => vmdk_native(req, sink, &mut stream, &head, read_all),
         Plan::Ova => {
@@ -509,22 +559,30 @@ fn stream_raw(
     Ok((vs, target))
 }
 
-/// Converts a qcow2 stream (`head`: its first bytes) natively; with `read_all` the stream is drained.
-fn qcow2_native(
-    req: &ImportRequest,
-    sink: &mut dyn Sink,
-    stream: &mut dyn Read,
-    head: &[u8],
+/// Where a native qcow2 conversion gets its bytes.
+struct Qcow2Input<'a> {
+    /// The image from `from` on.
+    stream: &'a mut dyn Read,
+    /// The image's first bytes (its header).
+    head: &'a [u8],
+    /// The image's length, when known.
     file_size: Option<u64>,
+    /// Where bytes that streamed past come from.
     refetch: Refetch,
-    read_all: bool,
-) -> Result<(u64, u64)> {
+    /// Where the stream starts: 0, or the frontier a resumed import continues from.
+    from: u64,
+}
+
+/// Converts a qcow2 image natively (from the start, or from the frontier of a resumed import); with `read_all`
+/// the stream is drained.
+fn qcow2_native(req: &ImportRequest, sink: &mut dyn Sink, input: Qcow2Input<'_>, read_all: bool) -> Result<(u64, u64)> {
+    let Qcow2Input { stream, head, file_size, refetch, from } = input;
     let header = Header::parse(head, file_size)
         .map_err(|e| Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) })?;
     let target = plan::target_size(header.virtual_size, req.size, sink.capacity())?;
     sink.ensure_len(target)?;
     let vs = header.virtual_size;
-    qcow2::convert(header, stream, file_size, refetch, sink, read_all)?;
+    qcow2::convert_from(header, stream, file_size, refetch, sink, read_all, from)?;
     if read_all {
         drain(stream)?;
     }
@@ -606,7 +664,7 @@ fn ova_disk_format(
                 Some(dir) => Refetch::Spill(Spill::with_overflow(dir)),
                 None => Refetch::Spill(Spill::memory()),
             };
-            qcow2_native(req, sink, stream, head, size, refetch, false)
+            qcow2_native(req, sink, Qcow2Input { stream, head, file_size: size, refetch, from: 0 }, false)
         }
         ImageFormat::Raw => stream_raw(req, sink, stream, size),
         other => {

@@ -2,10 +2,12 @@
 //! over, the next run continues where the durable data ends.
 //!
 //! ```text
-//! first run:  raw stream ─► Checkpointing (every ≥ 2 s and ≥ 64 KiB: sink fdatasync, then the checkpoint file)
-//! next run:   checkpoint ─► the target holds it? (length, digest of its last 4 KiB before the durable end)
+//! first run:  raw stream / qcow2 converter ─► Checkpointing (every ≥ 2 s and ≥ 64 KiB more: sink fdatasync,
+//!             then the checkpoint file; qcow2: at the frontier the converter offers)
+//! next run:   checkpoint ─► the target holds it? (a digest of 4 KiB written before the checkpoint)
 //!             ─► http::open_from(durable, validator): same ETag / Last-Modified / length? ─► 206 from there
-//!             ─► the target cut back to the durable end ─► the rest streamed from that offset
+//!             ─► raw: the target cut back to the durable end, the rest streamed from that offset
+//!                qcow2: format::qcow2::convert_from(durable): tables below re-read by Range, data below skipped
 //!             anything else (no checkpoint, another source, the object changed, no Range) ─► start over
 //! ```
 //!
@@ -13,10 +15,10 @@
 //! file, fsynced and renamed, and only after the image's data up to its offset was fsynced: a checkpoint never
 //! names data that is not on the volume. It is removed when the import ends, either way.
 //!
-//! What resumes: uncompressed raw / ISO images over HTTP(S) from servers with Range and a validator, into a file
-//! target (a Filesystem volume). The source's bytes before the offset are not written again; with a checksum
-//! they are read again (ranged) only to be hashed, so the digest still covers every byte. Compressed streams
-//! and converted formats start over (their decoder state is not checkpointed).
+//! What resumes: uncompressed raw / ISO and qcow2 images over HTTP(S) from servers with Range and a validator,
+//! into a file target (a Filesystem volume). The source's bytes before the offset are not written again; with a
+//! checksum they are read again (ranged) only to be hashed, so the digest still covers every byte. Compressed
+//! streams and other formats start over (their decoder state is not checkpointed).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -49,6 +51,8 @@ const PIECE: usize = 256 << 10;
 pub enum Layout {
     /// Source byte N is target byte N (uncompressed raw / ISO).
     Raw,
+    /// A qcow2 image converted by `format::qcow2`; `durable` is a frontier it offered.
+    Qcow2,
 }
 
 /// What an interrupted import leaves next to its target.
@@ -65,8 +69,31 @@ pub struct Checkpoint {
     pub layout: Layout,
     /// Source bytes (and, for [`Layout::Raw`], target bytes) that are durable in the target.
     pub durable: u64,
-    /// SHA-256 (hex) of the target's bytes `[durable - 4 KiB, durable)`.
-    pub tail_sha256: String,
+    /// Bytes of the target written before the checkpoint, to check that it still holds them.
+    pub probe: Probe,
+}
+
+/// A range of the target and the SHA-256 (hex) of its bytes when the checkpoint was written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    /// Target offset.
+    pub offset: u64,
+    /// Length (at most 4 KiB).
+    pub len: u64,
+    /// SHA-256 of the bytes, hex.
+    pub sha256: String,
+}
+
+impl Probe {
+    /// Reads `[offset, offset + len)` of `file` and records its digest.
+    fn of(file: &File, offset: u64, len: u64) -> io::Result<Probe> {
+        Ok(Probe { offset, len, sha256: digest_at(file, offset, len)? })
+    }
+
+    /// Whether `file` still holds the recorded bytes.
+    fn holds(&self, file: &File) -> bool {
+        self.len <= TAIL && digest_at(file, self.offset, self.len).is_ok_and(|d| d == self.sha256)
+    }
 }
 
 /// The checkpoint file of target `dest`: `.<file name>.import-checkpoint` in the same directory.
@@ -78,7 +105,7 @@ pub fn checkpoint_path(dest: &Path) -> PathBuf {
 impl Checkpoint {
     /// A checkpoint for a fresh import of `source` (version `validator`), nothing durable yet.
     pub fn start(source: String, validator: Validator, layout: Layout) -> Self {
-        Checkpoint { version: VERSION, source, validator, layout, durable: 0, tail_sha256: String::new() }
+        Checkpoint { version: VERSION, source, validator, layout, durable: 0, probe: Probe::default() }
     }
 
     /// The checkpoint next to `dest`, if there is a readable one of this version. Anything else is `None`
@@ -117,14 +144,18 @@ impl Checkpoint {
     }
 
     /// Whether this checkpoint can resume an import of `source` into `dest`: same source, a durable part, and
-    /// the target holds it (long enough, and its bytes before the durable end are the ones recorded).
+    /// the target holds it (long enough, and the probed bytes are the ones recorded).
     pub fn resumes(&self, source: &str, dest: &Path) -> bool {
         if self.source != source || self.durable == 0 || self.durable > self.validator.size {
             return false;
         }
         let Ok(file) = File::open(dest) else { return false };
-        let long_enough = file.metadata().is_ok_and(|m| m.is_file() && m.len() >= self.durable);
-        long_enough && tail_digest(&file, self.durable).is_ok_and(|d| d == self.tail_sha256)
+        let need = match self.layout {
+            Layout::Raw => self.durable,
+            Layout::Qcow2 => self.probe.offset + self.probe.len,
+        };
+        let long_enough = file.metadata().is_ok_and(|m| m.is_file() && m.len() >= need);
+        long_enough && self.probe.holds(&file)
     }
 
     /// Writes the checkpoint next to `dest` atomically: a temporary file, fsynced, renamed over the old one,
@@ -143,51 +174,79 @@ impl Checkpoint {
     }
 }
 
-/// SHA-256 (hex) of `file`'s bytes `[end - TAIL, end)` (from 0 when `end` is smaller).
-fn tail_digest(file: &File, end: u64) -> io::Result<String> {
-    let start = end.saturating_sub(TAIL);
-    let mut buf = vec![0u8; (end - start) as usize];
-    file.read_exact_at(&mut buf, start)?;
+/// SHA-256 (hex) of `file`'s bytes `[offset, offset + len)`.
+fn digest_at(file: &File, offset: u64, len: u64) -> io::Result<String> {
+    let mut buf = vec![0u8; len.min(TAIL) as usize];
+    file.read_exact_at(&mut buf, offset)?;
     Ok(Sha256::digest(&buf).iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A sink for a raw stream whose byte 0 lands at target offset `base` (0 on a first run, the durable end on a
-/// resumed one), writing a checkpoint every [`INTERVAL`] once [`MIN_BYTES`] more are written: the inner sink
-/// is synced first, so the checkpoint names only durable data. Lengths and capacities are in the stream's
-/// coordinates too. A checkpoint that cannot be stored costs only the ability to resume (logged).
+/// A sink that writes checkpoints, every [`INTERVAL`] once [`MIN_BYTES`] more are durable: the inner sink is
+/// synced first, so a checkpoint names only durable data. A checkpoint that cannot be stored costs only the
+/// ability to resume (logged).
+///
+/// * [`Layout::Raw`]: the stream's byte 0 lands at target offset `base` (0 on a first run, the durable end on a
+///   resumed one); offsets, lengths and capacities are in the stream's coordinates; it checkpoints by itself,
+///   at the end of what was written contiguously.
+/// * [`Layout::Qcow2`]: offsets are the target's; the converter offers frontiers ([`Sink::checkpoint`]).
 pub struct Checkpointing<'a> {
     inner: &'a mut dyn Sink,
     dest: PathBuf,
     checkpoint: Checkpoint,
     base: u64,
-    /// Target offset up to which the stream was written, contiguously.
+    /// Raw: target offset up to which the stream was written, contiguously.
     end: u64,
+    /// The last bytes written (target offset, length ≤ 4 KiB), probed by a qcow2 checkpoint.
+    last_write: (u64, u64),
     last: Instant,
 }
 
 impl<'a> Checkpointing<'a> {
-    /// Wraps `inner` (the target at `dest`) for a stream starting at target offset `checkpoint.durable`.
+    /// Wraps `inner` (the target at `dest`), continuing `checkpoint` (a fresh one or the one resumed from).
     pub fn new(inner: &'a mut dyn Sink, dest: &Path, checkpoint: Checkpoint) -> Self {
-        let base = checkpoint.durable;
-        Checkpointing { inner, dest: dest.to_path_buf(), checkpoint, base, end: base, last: Instant::now() }
+        let base = match checkpoint.layout {
+            Layout::Raw => checkpoint.durable,
+            Layout::Qcow2 => 0,
+        };
+        let dest = dest.to_path_buf();
+        Checkpointing { inner, dest, checkpoint, base, end: base, last_write: (0, 0), last: Instant::now() }
     }
 
     fn wrote(&mut self, offset: u64, len: u64) -> Result<()> {
-        if offset == self.end {
-            self.end += len;
+        if len > 0 {
+            let tail = len.min(TAIL);
+            self.last_write = (offset + len - tail, tail);
         }
-        if self.end - self.checkpoint.durable >= MIN_BYTES && self.last.elapsed() >= INTERVAL {
-            self.inner.sync_data()?;
-            self.last = Instant::now();
-            let digest = File::open(&self.dest).and_then(|f| tail_digest(&f, self.end));
-            let next = digest.map(|d| Checkpoint { durable: self.end, tail_sha256: d, ..self.checkpoint.clone() });
-            match next.and_then(|c| c.store(&self.dest).map(|()| c)) {
-                Ok(c) => {
-                    tracing::debug!(durable = c.durable, "import checkpoint");
-                    self.checkpoint = c;
-                }
-                Err(e) => tracing::warn!("cannot write the import checkpoint: {e}"),
+        if self.checkpoint.layout == Layout::Raw {
+            if offset == self.end {
+                self.end += len;
             }
+            if self.last.elapsed() >= INTERVAL {
+                self.record(self.end)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs the target and stores a checkpoint at `durable`, if it moved on by [`MIN_BYTES`].
+    fn record(&mut self, durable: u64) -> Result<()> {
+        if durable < self.checkpoint.durable + MIN_BYTES {
+            return Ok(());
+        }
+        self.inner.sync_data()?;
+        self.last = Instant::now();
+        let (offset, len) = match self.checkpoint.layout {
+            Layout::Raw => (durable.saturating_sub(TAIL), durable.min(TAIL)),
+            Layout::Qcow2 => self.last_write,
+        };
+        let probe = File::open(&self.dest).and_then(|f| Probe::of(&f, offset, len));
+        let next = probe.map(|probe| Checkpoint { durable, probe, ..self.checkpoint.clone() });
+        match next.and_then(|c| c.store(&self.dest).map(|()| c)) {
+            Ok(c) => {
+                tracing::debug!(durable = c.durable, "import checkpoint");
+                self.checkpoint = c;
+            }
+            Err(e) => tracing::warn!("cannot write the import checkpoint: {e}"),
         }
         Ok(())
     }
@@ -224,6 +283,19 @@ impl Sink for Checkpointing<'_> {
 
     fn sync_data(&mut self) -> Result<()> {
         self.inner.sync_data()
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.checkpoint.layout == Layout::Qcow2 && self.last.elapsed() >= INTERVAL
+    }
+
+    fn checkpoint(&mut self, frontier: u64) -> Result<()> {
+        if self.checkpoint.layout == Layout::Qcow2 {
+            self.record(frontier)?;
+            // Not due again before the interval, whether or not it moved on enough to be stored.
+            self.last = Instant::now();
+        }
+        Ok(())
     }
 
     fn finish(&mut self, len: u64) -> Result<SinkReport> {

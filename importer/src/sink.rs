@@ -75,6 +75,16 @@ pub trait Sink: Send {
     fn sync_data(&mut self) -> Result<()> {
         Ok(())
     }
+    /// Whether the sink wants a resume checkpoint now (a converter whose output is not sequential then offers
+    /// its frontier through [`Sink::checkpoint`]). Default: never.
+    fn checkpoint_due(&self) -> bool {
+        false
+    }
+    /// Records that every byte of the image the converter is responsible for below source offset `frontier` has
+    /// been written (see `crate::resume`). Default: nothing to record.
+    fn checkpoint(&mut self, _frontier: u64) -> Result<()> {
+        Ok(())
+    }
     /// Sets the final size, applies preallocation, and makes everything durable (fsync).
     fn finish(&mut self, len: u64) -> Result<SinkReport>;
     /// Undoes what can be undone after a failure: a file target is removed; a block device is left as is.
