@@ -454,6 +454,50 @@ async fn a_killed_importer_pod_resumes_where_its_durable_data_ends() -> Result<(
     ns.delete().await
 }
 
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn an_ova_datavolume_imports_the_disk_its_annotation_names() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-ova").await?;
+    // An OVA as exporters make it: the OVF first, then two streamOptimized vmdks (made by qemu-img).
+    let dir = tempfile::tempdir().map_err(Error::io("tempdir"))?;
+    let sh = |cmd: &str| {
+        let st = std::process::Command::new("sh").arg("-ec").arg(cmd).current_dir(dir.path()).status();
+        assert!(st.is_ok_and(|s| s.success()), "{cmd}");
+    };
+    sh("head -c 3145728 /dev/urandom > one.raw && yes second-disk | head -c 2097152 > two.raw");
+    sh("for d in one two; do qemu-img convert -f raw -O vmdk -o subformat=streamOptimized $d.raw $d.vmdk; done");
+    let disk = |id: &str, file: &str| {
+        format!(
+            "<Disk ovf:capacity=\"4\" ovf:capacityAllocationUnits=\"byte * 2^20\" ovf:diskId=\"{id}\" \
+             ovf:fileRef=\"{file}\" ovf:format=\"http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized\"/>"
+        )
+    };
+    let ovf = format!(
+        "<?xml version=\"1.0\"?>\n<Envelope xmlns=\"http://schemas.dmtf.org/ovf/envelope/1\" \
+         xmlns:ovf=\"http://schemas.dmtf.org/ovf/envelope/1\">\n<References><File ovf:href=\"one.vmdk\" ovf:id=\"f1\"/>\
+         <File ovf:href=\"two.vmdk\" ovf:id=\"f2\"/></References>\n<DiskSection><Info>disks</Info>{}{}</DiskSection>\n\
+         <VirtualSystem ovf:id=\"vm\"><Info>vm</Info></VirtualSystem>\n</Envelope>\n",
+        disk("vmdisk1", "f1"),
+        disk("vmdisk2", "f2"),
+    );
+    std::fs::write(dir.path().join("vm.ovf"), ovf).map_err(Error::io("writing the OVF"))?;
+    let name = format!("{}.ova", ns.name());
+    let ova = corpus(&name);
+    let _cleanup = RemoveOnDrop(ova.clone());
+    sh(&format!("tar --format=ustar -cf {} vm.ovf one.vmdk two.vmdk", ova.display()));
+    let yaml = format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: second\n  annotations:\n    \
+         import.kubevirt-rs.io/ova-disk: vmdisk2\nspec:\n  source:\n{}\n  {}\n",
+        http_source(&host_url(NGINX, &format!("corpus/{name}"))),
+        storage_request("16Mi")
+    );
+    let api = apply_dvs(&client, ns.name(), &yaml).await?;
+    let dv = wait_succeeded(&api, "second").await?;
+    assert_success_status(&dv);
+    cdi::assert_volume_matches(&client, ns.name(), "second", &dir.path().join("two.vmdk")).await?;
+    ns.delete().await
+}
+
 /// Removes a file when dropped.
 struct RemoveOnDrop(std::path::PathBuf);
 
