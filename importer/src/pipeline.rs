@@ -199,16 +199,25 @@ fn resume(
     rt: &tokio::runtime::Handle,
     started: Instant,
 ) -> Result<Option<ImportReport>> {
-    let SourceLocation::Http(url) = &req.source else { return Ok(None) };
+    let kind = match &req.source {
+        SourceLocation::Http(_) => "http",
+        SourceLocation::S3 { .. } => "s3",
+        _ => return Ok(None),
+    };
     let Some(ckpt) = Checkpoint::load(&req.dest) else { return Ok(None) };
     if !ckpt.resumes(&req.source.to_string(), &req.dest) {
         tracing::info!("the import checkpoint does not match the source or the target; starting over");
         return Ok(None);
     }
-    let Some(opened) = source::http::open_from(url, &req.http, rt, ckpt.durable, &ckpt.validator)? else {
-        return Ok(None);
+    let (from, version) = (ckpt.durable, &ckpt.validator);
+    let opened = match &req.source {
+        SourceLocation::Http(url) => source::http::open_from(url, &req.http, rt, from, version)?,
+        SourceLocation::S3 { url, endpoint } => {
+            source::s3::open_from(url, endpoint.as_ref(), &req.http, rt, from, version)?
+        }
+        _ => None,
     };
-    let from = ckpt.durable;
+    let Some(opened) = opened else { return Ok(None) };
     tracing::info!(from, size = ckpt.validator.size, "resuming the import where its durable data ends");
     let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
     if let (Some(h), Some(ra)) = (&hasher, &opened.random_access) {
@@ -232,9 +241,9 @@ fn resume(
             Some(h) => Box::new(HashingReader::new(counted, h.clone())),
             None => Box::new(counted),
         };
-        let what = url.to_string();
+        let what = req.source.to_string();
         let mut stream = Tagger::new(raw, move |e: io::Error, offset| Error::Connect {
-            kind: "http",
+            kind,
             url: what.clone(),
             message: format!("transfer failed at byte {}: {e}", from + offset),
         });
