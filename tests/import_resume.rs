@@ -208,14 +208,7 @@ fn a_checkpoint_of_another_source_is_not_used() {
     // Another source into the same target: the checkpoint names the first one, so this import starts over.
     let tiny = entry("tiny.raw");
     let other = env().plain_url(&tiny.name);
-    let out2 = Command::new(importer_bin())
-        .args(["import", &other])
-        .arg(&dest)
-        .args(["--resume", "--no-progress"])
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .output()
-        .unwrap();
-    assert!(out2.status.success(), "{}", String::from_utf8_lossy(&out2.stderr));
+    run_to_end(&other, &dest, &[]);
     assert_image_eq(&dest, tiny, None);
     assert!(!checkpoint_of(&dest).exists());
 }
