@@ -285,6 +285,65 @@ fn resumes_after_a_stall() {
     drop(server);
 }
 
+/// An import killed mid-transfer (SIGKILL) resumes from its checkpoint with one ranged GetObject of the same
+/// object version: the second run reads only the rest (its report's `bytes_read`) and the result is
+/// byte-identical. The private server is throttled by pausing it most of the time, so checkpoints get written.
+#[test]
+fn a_killed_import_resumes_from_its_checkpoint() {
+    let s3 = s3();
+    let server = PrivateServer::start();
+    let object = s3.data.join(&s3.bucket).join(&s3.resume_key);
+    let size = fs::metadata(&object).unwrap().len();
+    let out = OutDir::new("s3-resume-killed");
+    let dest = out.join("disk.img");
+    let checkpoint = out.join(".disk.img.import-checkpoint");
+    let auth = [("IMPORTER_ACCESS_KEY_ID", &s3.access_key), ("IMPORTER_SECRET_KEY", &s3.secret_key)];
+    let mut first = Command::new(importer_bin())
+        .args(["import", &s3_url(&s3.resume_key)])
+        .arg(&dest)
+        .args(["--resume", "--no-progress", "--s3-endpoint", &server.endpoint, "--stall-timeout", "60"])
+        .envs(auth)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let durable = |p: &Path| {
+        let v: serde_json::Value = serde_json::from_slice(&fs::read(p).ok()?).ok()?;
+        v["durable"].as_u64()
+    };
+    let t0 = Instant::now();
+    loop {
+        server.signal("-STOP");
+        if durable(&checkpoint).is_some_and(|d| d >= 8 * MIB) {
+            break;
+        }
+        assert!(first.try_wait().unwrap().is_none(), "the import finished before it could be killed");
+        assert!(t0.elapsed() < Duration::from_secs(120), "no checkpoint of 8 MiB within 120 s");
+        std::thread::sleep(Duration::from_millis(250));
+        server.signal("-CONT");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    server.signal("-CONT");
+    let from = durable(&checkpoint).unwrap();
+    assert!(from < size, "the import finished before it was killed");
+
+    let run = Cmd::import(s3_url(&s3.resume_key), &dest)
+        .args(["--resume", "--s3-endpoint", &server.endpoint])
+        .auth(&s3.access_key, &s3.secret_key)
+        .env("IMPORTER_LOG", "importer=info")
+        .json()
+        .run();
+    assert_success(&run);
+    assert!(run.stderr.contains("resuming the import"), "{}", run.describe());
+    assert_eq!(run.json()["bytes_read"].as_u64(), Some(size - from), "only the rest is read");
+    assert_eq!(sha256_file(&dest), sha256_file(&object), "DEST differs from the object");
+    assert!(!checkpoint.exists(), "checkpoint left after success");
+    drop(server);
+}
+
 // ----- TLS ----------------------------------------------------------------------------------------------------------
 
 // s3s-fs speaks plain HTTP only; the TLS nginx of import-env.sh stands in for an HTTPS S3 endpoint (it serves the

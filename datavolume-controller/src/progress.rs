@@ -1,10 +1,21 @@
 //! Reads a worker's progress the way CDI's controller does (`specs/cdi.md` §2.4): GET
 //! `https://<podIP>:<metrics port>/metrics` without certificate verification, 2 s timeout, and pick the value of
-//! a progress metric whose only label is `ownerUID="<uid>"`.
+//! a progress metric whose only label is `ownerUID="<uid>"`; beside it, our workers' transfer detail
+//! ([`TransferStatus`]: bytes, rate, time left), which the status shows as the Running condition's message.
 
 use std::time::Duration;
 
+use contracts::cdi::transfer::TransferStatus;
 use crds::cdi::consts::PROGRESS_METRICS;
+
+/// What one scrape found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scraped {
+    /// CDI's `progress` (`45.67%`).
+    pub percent: Option<String>,
+    /// The transfer detail, from workers that export it.
+    pub transfer: Option<TransferStatus>,
+}
 
 /// The HTTPS client used for scraping (no certificate verification: workers use self-signed certificates).
 pub fn client() -> reqwest::Result<reqwest::Client> {
@@ -24,12 +35,18 @@ pub fn parse(text: &str, owner_uid: &str) -> Option<String> {
     })
 }
 
-/// Scrapes `https://<ip>:<port>/metrics`; `None` on any error (connection refused is normal while a pod starts).
-pub async fn scrape(client: &reqwest::Client, ip: &str, port: i32, owner_uid: &str) -> Option<String> {
+/// Scrapes `https://<ip>:<port>/metrics`; nothing on any error (connection refused is normal while a pod starts).
+pub async fn scrape(client: &reqwest::Client, ip: &str, port: i32, owner_uid: &str) -> Scraped {
     let host = if ip.contains(':') { format!("[{ip}]") } else { ip.to_owned() };
-    let resp = client.get(format!("https://{host}:{port}/metrics")).send().await.ok()?;
-    let text = resp.error_for_status().ok()?.text().await.ok()?;
-    parse(&text, owner_uid)
+    let text = async {
+        let resp = client.get(format!("https://{host}:{port}/metrics")).send().await.ok()?;
+        resp.error_for_status().ok()?.text().await.ok()
+    }
+    .await;
+    match text {
+        Some(text) => Scraped { percent: parse(&text, owner_uid), transfer: TransferStatus::parse(&text, owner_uid) },
+        None => Scraped::default(),
+    }
 }
 
 #[cfg(test)]

@@ -315,7 +315,7 @@ async fn wait_for_first_consumer_binds_when_a_consumer_appears() -> Result<()> {
 #[tokio::test]
 #[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
 async fn progress_is_reported_and_a_controller_restart_converges_without_duplicates() -> Result<()> {
-    let (_cluster, client, ns) = setup("dv-progress").await?;
+    let (cluster, client, ns) = setup("dv-progress").await?;
     // nginx serves /slow/ at 100 KiB/s: small.raw (5 MiB) takes ~50 s.
     let api = apply_dvs(&client, ns.name(), &http_dv("slow", "slow/small.raw", &storage_request("16Mi"))).await?;
     let mid = wait_dv(&api, "slow", Duration::from_secs(300), |d| {
@@ -334,6 +334,20 @@ async fn progress_is_reported_and_a_controller_restart_converges_without_duplica
     assert_eq!((running.status, running.reason.as_deref()), (ConditionStatus::True, Some("Pod is running")));
     let ready = cond(&mid, ConditionType::Ready).unwrap_or_else(|| panic!("no Ready"));
     assert_eq!((ready.status, ready.reason.as_deref()), (ConditionStatus::False, Some("TransferRunning")));
+    // Beyond CDI: bytes, rate and time left in the Running message, shown by `kubectl get dv` (Transfer column).
+    let detail = wait_dv(&api, "slow", Duration::from_secs(60), |d| {
+        cond(d, ConditionType::Running)
+            .and_then(|c| c.message)
+            .is_some_and(|m| m.starts_with("transferring ") && m.contains(" left"))
+    })
+    .await?;
+    let message = cond(&detail, ConditionType::Running).and_then(|c| c.message).unwrap_or_default();
+    assert!(message.contains(" of 5.0 MiB (") && message.contains(" KiB/s, "), "{message}");
+    let out = cluster.kubectl(["get", "dv", "slow", "-n", ns.name()])?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(header.split_whitespace().eq(["NAME", "PHASE", "PROGRESS", "RESTARTS", "AGE", "TRANSFER"]), "{table}");
+    assert!(table.contains("transferring ") && table.contains(" of 5.0 MiB"), "{table}");
 
     // Kill every controller replica mid-import; the survivors (new pods) must converge on the same importer pod.
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
@@ -371,6 +385,126 @@ async fn progress_is_reported_and_a_controller_restart_converges_without_duplica
     assert_eq!(dv.status.and_then(|s| s.restart_count), Some(0));
     assert_volume_matches(&client, ns.name(), "slow", "small.raw").await?;
     ns.delete().await
+}
+
+/// (status, body bytes, Range header) of the nginx access-log lines of GETs whose request line contains `needle`.
+fn nginx_gets(needle: &str) -> Vec<(u16, u64, String)> {
+    let log = std::fs::read_to_string(repo_root().join("tests/work/nginx/access.log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("\"GET ") && l.contains(needle))
+        .map(|l| {
+            let mut f = l.split("HTTP/1.1\" ").nth(1).unwrap_or_default().split_whitespace();
+            let status = f.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let bytes = f.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let range = l.split("range=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or_default();
+            (status, bytes, range.trim_start_matches('-').to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn a_killed_importer_pod_resumes_where_its_durable_data_ends() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-resume").await?;
+    // Its own qcow2 of 3 MiB data (so the access log tells its requests apart), served at 100 KiB/s by /slow/.
+    let name = format!("resume-{}.qcow2", ns.name());
+    let source = corpus(&name);
+    let raw = corpus(&format!("resume-{}.src", ns.name()));
+    let bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&raw, &bytes).map_err(Error::io("writing the resume source"))?;
+    let _cleanup = (RemoveOnDrop(source.clone()), RemoveOnDrop(raw.clone()));
+    let made = std::process::Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw)
+        .arg(&source)
+        .status()
+        .map_err(Error::io("qemu-img convert"))?;
+    assert!(made.success(), "qemu-img convert failed");
+    let total = std::fs::metadata(&source).map_err(Error::io("the qcow2's size"))?.len();
+    let api =
+        apply_dvs(&client, ns.name(), &http_dv("resume", &format!("slow/{name}"), &storage_request("16Mi"))).await?;
+    wait_dv(&api, "resume", Duration::from_secs(300), |d| {
+        let p = d.status.as_ref().and_then(|s| s.progress.as_deref()).and_then(|p| p.strip_suffix('%'));
+        p.and_then(|p| p.parse::<f64>().ok()).is_some_and(|p| p >= 50.0)
+    })
+    .await?;
+    // Killed as an OOM kill or an eviction past its grace period would: no chance to clean up.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    pods.delete("importer-resume", &DeleteParams::default().grace_period(0)).await?;
+    let dv = wait_succeeded(&api, "resume").await?;
+    assert_success_status(&dv);
+    cdi::assert_volume_matches(&client, ns.name(), "resume", &source).await?;
+
+    // What nginx sent: the killed pod's whole-object GET, then the new pod's one ranged GET from the frontier
+    // below which the converter's output was durable, for the rest only (plus bounded reads of the tables).
+    let gets = nginx_gets(&name);
+    // nginx logs a request when it ends: the killed pod's whole-object GET may come after the new pod's reads.
+    let first_bytes = gets.iter().find(|(_, _, r)| r.is_empty()).map_or(0, |g| g.1);
+    let resumed: Vec<_> = gets.iter().filter(|(s, _, r)| *s == 206 && r.ends_with('-')).collect();
+    assert_eq!(resumed.len(), 1, "{gets:?}");
+    let (_, rest, range) = resumed[0];
+    let from: u64 = range.trim_start_matches("bytes=").trim_end_matches('-').parse().unwrap_or(0);
+    assert!(
+        from >= total / 4 && from <= first_bytes,
+        "resumed from byte {from} after {first_bytes} were sent: {gets:?}"
+    );
+    assert_eq!(*rest, total - from, "the resumed pod read only the rest: {gets:?}");
+    assert!(*rest < total, "fewer source bytes than a full import: {gets:?}");
+    assert_eq!(gets.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "one whole-object GET: {gets:?}");
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn an_ova_datavolume_imports_the_disk_its_annotation_names() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-ova").await?;
+    // An OVA as exporters make it: the OVF first, then two streamOptimized vmdks (made by qemu-img).
+    let dir = tempfile::tempdir().map_err(Error::io("tempdir"))?;
+    let sh = |cmd: &str| {
+        let st = std::process::Command::new("sh").arg("-ec").arg(cmd).current_dir(dir.path()).status();
+        assert!(st.is_ok_and(|s| s.success()), "{cmd}");
+    };
+    sh("head -c 3145728 /dev/urandom > one.raw && yes second-disk | head -c 2097152 > two.raw");
+    sh("for d in one two; do qemu-img convert -f raw -O vmdk -o subformat=streamOptimized $d.raw $d.vmdk; done");
+    let disk = |id: &str, file: &str| {
+        format!(
+            "<Disk ovf:capacity=\"4\" ovf:capacityAllocationUnits=\"byte * 2^20\" ovf:diskId=\"{id}\" \
+             ovf:fileRef=\"{file}\" ovf:format=\"http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized\"/>"
+        )
+    };
+    let ovf = format!(
+        "<?xml version=\"1.0\"?>\n<Envelope xmlns=\"http://schemas.dmtf.org/ovf/envelope/1\" \
+         xmlns:ovf=\"http://schemas.dmtf.org/ovf/envelope/1\">\n<References><File ovf:href=\"one.vmdk\" ovf:id=\"f1\"/>\
+         <File ovf:href=\"two.vmdk\" ovf:id=\"f2\"/></References>\n<DiskSection><Info>disks</Info>{}{}</DiskSection>\n\
+         <VirtualSystem ovf:id=\"vm\"><Info>vm</Info></VirtualSystem>\n</Envelope>\n",
+        disk("vmdisk1", "f1"),
+        disk("vmdisk2", "f2"),
+    );
+    std::fs::write(dir.path().join("vm.ovf"), ovf).map_err(Error::io("writing the OVF"))?;
+    let name = format!("{}.ova", ns.name());
+    let ova = corpus(&name);
+    let _cleanup = RemoveOnDrop(ova.clone());
+    sh(&format!("tar --format=ustar -cf {} vm.ovf one.vmdk two.vmdk", ova.display()));
+    let yaml = format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: second\n  annotations:\n    \
+         import.kubevirt-rs.io/ova-disk: vmdisk2\nspec:\n  source:\n{}\n  {}\n",
+        http_source(&host_url(NGINX, &format!("corpus/{name}"))),
+        storage_request("16Mi")
+    );
+    let api = apply_dvs(&client, ns.name(), &yaml).await?;
+    let dv = wait_succeeded(&api, "second").await?;
+    assert_success_status(&dv);
+    cdi::assert_volume_matches(&client, ns.name(), "second", &dir.path().join("two.vmdk")).await?;
+    ns.delete().await
+}
+
+/// Removes a file when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn phase_of(p: &Pod) -> String {

@@ -1,7 +1,8 @@
-//! The disk import pipeline: a source (file, HTTP) → decompression (gzip, xz, zstd, bzip2, detected by
-//! magic) → format conversion (raw/ISO streamed; qcow2, streamOptimized vmdk and OVAs converted natively in
-//! one pass; other vmdk, vhd, vhdx, vdi by `qemu-img`) → a sparse target (file or block device), with checksum
-//! verification and live progress.
+//! The disk import pipeline: a source (file, HTTP, S3, registry, push) → decompression (gzip, xz, zstd, bzip2,
+//! detected by magic) → format conversion (raw/ISO streamed; qcow2, streamOptimized vmdk and OVAs converted
+//! natively in one pass; vhd and vhdx natively from positional reads; other vmdk and vdi by `qemu-img`) → a
+//! sparse target (file or block device), with checksum verification, live progress and resuming after a kill
+//! ([`resume`]).
 //!
 //! ```text
 //! SourceLocation ─► source::open ─► Progress tap ─► checksum tap ─► decompress* ─► detect
@@ -35,6 +36,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod pod;
 pub mod progress;
+pub mod resume;
 pub mod serve;
 pub mod sink;
 pub mod source;

@@ -116,6 +116,10 @@ enum Cmd {
         /// Scratch directory, used only when the format and source need one [default: $TMPDIR or /tmp].
         #[arg(long, value_name = "DIR")]
         scratch: Option<PathBuf>,
+        /// Continue an interrupted import into the same DEST from where its durable data ends (HTTP sources
+        /// with Range, uncompressed raw/ISO; anything else starts over), and leave checkpoints for the next.
+        #[arg(long)]
+        resume: bool,
         /// Result format on stdout.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -229,7 +233,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             c if c == ExitCode::SUCCESS => Ok(()),
             _ => std::process::exit(1),
         },
-        Cmd::Import { source, dest, checksum, size, preallocate, scratch, output, no_progress, http } => {
+        Cmd::Import { source, dest, checksum, size, preallocate, scratch, resume, output, no_progress, http } => {
             let req = ImportRequest {
                 source: http.location(&source)?,
                 dest,
@@ -241,6 +245,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 preallocate,
                 http: http.options()?,
                 scratch: Some(scratch.unwrap_or_else(std::env::temp_dir)),
+                resume,
             };
             let progress = Progress::new();
             let bar = (!no_progress && std::io::stderr().is_terminal()).then(|| spawn_bar(progress.clone()));

@@ -28,6 +28,7 @@ use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
 use crate::format::{self, FormatError, parent, qemu_img, vhd, vhdx, vmdk};
 use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SeekInput, SizeRule};
 use crate::progress::{CountingReader, Phase, Progress};
+use crate::resume::{Checkpoint, Checkpointing, Layout};
 use crate::sink::{self, Sink};
 use crate::source::{self, OpenedSource, SourceLocation, SourceOptions};
 use crate::{Error, Result};
@@ -49,6 +50,9 @@ pub struct ImportRequest {
     pub http: SourceOptions,
     /// Scratch directory for formats/sources that need one.
     pub scratch: Option<PathBuf>,
+    /// Resume from the checkpoint an interrupted run left next to a file target, and write checkpoints
+    /// ([`resume`](crate::resume)); without it an existing target is replaced.
+    pub resume: bool,
 }
 
 /// The result of a successful import.
@@ -130,7 +134,7 @@ pub fn probe_opened(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<Probed> {
-    let OpenedSource { stream, size, random_access, local_path, image_env } = opened;
+    let OpenedSource { stream, size, random_access, local_path, image_env, .. } = opened;
     let loc = location.clone();
     let counted = CountingReader::new(stream, progress.clone());
     let raw: BoxRead = match hasher {
@@ -179,9 +183,143 @@ pub fn compression_name(c: &[Compression]) -> String {
 /// Runs an import. Must be called from a blocking thread inside a Tokio runtime whose handle is `rt`.
 pub fn import(req: &ImportRequest, progress: &Progress, rt: &tokio::runtime::Handle) -> Result<ImportReport> {
     let started = Instant::now();
+    if req.resume {
+        if let Some(report) = resume(req, progress, rt, started)? {
+            return Ok(report);
+        }
+        Checkpoint::remove(&req.dest);
+    }
     let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
     let opened = source::open_hashed(&req.source, &req.http, rt, hasher.as_ref())?;
     import_from(req, opened, hasher, progress, started)
+}
+
+/// Continues an interrupted import from its checkpoint ([`resume`](crate::resume)); `Ok(None)` when there is
+/// nothing to continue (no or another checkpoint, a changed source, no Range): the caller starts over.
+fn resume(
+    req: &ImportRequest,
+    progress: &Progress,
+    rt: &tokio::runtime::Handle,
+    started: Instant,
+) -> Result<Option<ImportReport>> {
+    let kind = match &req.source {
+        SourceLocation::Http(_) => "http",
+        SourceLocation::S3 { .. } => "s3",
+        _ => return Ok(None),
+    };
+    let Some(ckpt) = Checkpoint::load(&req.dest) else { return Ok(None) };
+    if !ckpt.resumes(&req.source.to_string(), &req.dest) {
+        tracing::info!("the import checkpoint does not match the source or the target; starting over");
+        return Ok(None);
+    }
+    let (from, version) = (ckpt.durable, &ckpt.validator);
+    let opened = match &req.source {
+        SourceLocation::Http(url) => source::http::open_from(url, &req.http, rt, from, version)?,
+        SourceLocation::S3 { url, endpoint } => {
+            source::s3::open_from(url, endpoint.as_ref(), &req.http, rt, from, version)?
+        }
+        _ => None,
+    };
+    let Some(opened) = opened else { return Ok(None) };
+    tracing::info!(from, size = ckpt.validator.size, "resuming the import where its durable data ends");
+    let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
+    if let (Some(h), Some(ra)) = (&hasher, &opened.random_access) {
+        // The digest covers every byte: the part already written is read again, only to be hashed.
+        hash_prefix(ra.as_ref(), from, h, progress)?;
+    }
+    // Raw: whatever was written past the durable end is dropped. Qcow2: the target is kept as it is (data
+    // past the frontier is written again).
+    let keep = match ckpt.layout {
+        Layout::Raw => from,
+        Layout::Qcow2 => std::fs::metadata(&req.dest).map(|m| m.len()).unwrap_or(0),
+    };
+    let mut sink: Box<dyn Sink> = Box::new(sink::TargetSink::resume_file(&req.dest, req.preallocate, keep)?);
+    let size = ckpt.validator.size;
+    let random_access = opened.random_access.clone();
+    let run = (|| -> Result<(u64, u64)> {
+        progress.start_phase(Phase::Import, Some(size));
+        progress.set_done(from);
+        let counted = CountingReader::new(opened.stream, progress.clone());
+        let raw: BoxRead = match &hasher {
+            Some(h) => Box::new(HashingReader::new(counted, h.clone())),
+            None => Box::new(counted),
+        };
+        let what = req.source.to_string();
+        let mut stream = Tagger::new(raw, move |e: io::Error, offset| Error::Connect {
+            kind,
+            url: what.clone(),
+            message: format!("transfer failed at byte {}: {e}", from + offset),
+        });
+        match ckpt.layout {
+            Layout::Raw => {
+                let target = plan::target_size(size, req.size, sink.capacity())?;
+                sink.ensure_len(target)?;
+                let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone());
+                let copied = format::copy_raw(&mut stream, &mut w, Some(size - from))?;
+                if copied != size - from {
+                    return Err(Error::InvalidRequest(format!("the source ended at byte {} of {size}", from + copied)));
+                }
+                drop(w);
+                sink.write_zeroes(size, target - size)?;
+                Ok((size, target))
+            }
+            Layout::Qcow2 => {
+                let ra = random_access.ok_or_else(|| Error::InvalidRequest(String::from("no positional reads")))?;
+                let mut head = vec![0u8; HEAD_LEN.min(size as usize)];
+                let n = read_at_full(ra.as_ref(), 0, &mut head)?;
+                head.truncate(n);
+                let refetch = Refetch::Random(ra);
+                let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone());
+                let input = Qcow2Input { stream: &mut stream, head: &head, file_size: Some(size), refetch, from };
+                qcow2_native(req, &mut w, input, hasher.is_some())
+            }
+        }
+    })();
+    let sizes = match run {
+        Ok(s) => s,
+        Err(e) => {
+            sink.abort();
+            Checkpoint::remove(&req.dest);
+            return Err(e);
+        }
+    };
+    let (plan, about) = match ckpt.layout {
+        Layout::Raw => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, started)),
+        Layout::Qcow2 => {
+            (Plan::Qcow2 { refetch: RefetchPlan::Random }, Concluded::resumed(ImageFormat::Qcow2, started))
+        }
+    };
+    conclude(req, sink, hasher.as_ref(), progress, sizes, plan, about).map(Some)
+}
+
+/// Fills `buf` from positional reads at `offset` (less only at the end of the source).
+fn read_at_full(ra: &dyn source::RandomAccess, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let at = offset + n as u64;
+        match ra.read_at(at, &mut buf[n..]).map_err(|e| untag(e, at))? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Feeds the source's first `len` bytes, read with positional reads, to `hasher`.
+fn hash_prefix(ra: &dyn source::RandomAccess, len: u64, hasher: &Hasher, progress: &Progress) -> Result<()> {
+    let mut buf = vec![0u8; 4 << 20];
+    let mut pos = 0u64;
+    while pos < len {
+        let want = ((len - pos) as usize).min(buf.len());
+        let n = ra.read_at(pos, &mut buf[..want]).map_err(|e| untag(e, pos))?;
+        if n == 0 {
+            return Err(Error::InvalidRequest(format!("the source ended at byte {pos} while hashing its first {len}")));
+        }
+        hasher.update(&buf[..n]);
+        progress.add_source_bytes(n as u64);
+        pos += n as u64;
+    }
+    Ok(())
 }
 
 /// Runs an import from a source the caller opened itself (a push source: an upload body streamed by the
@@ -198,6 +336,7 @@ fn import_from(
     progress: &Progress,
     started: Instant,
 ) -> Result<ImportReport> {
+    let validator = opened.validator.clone();
     let probed = probe_opened(opened, &req.source, progress, hasher.as_ref())?;
     let plan = plan::plan(Probe {
         format: probed.format,
@@ -223,49 +362,91 @@ fn import_from(
     }
     tracing::info!(format = %probed.format, compression = %compression_name(&probed.compressions), strategy = plan.name(), "probed source");
     let mut sink = sink::open(&req.dest, req.preallocate)?;
-    let compression = compression_name(&probed.compressions);
-    let image_env = probed.image_env.clone();
-    let format = probed.format;
-    match execute(req, plan, probed, sink.as_mut(), progress, hasher.as_ref()) {
-        Ok((virtual_size, target_size)) => {
-            let checksum = match (&hasher, &req.checksum) {
-                (Some(h), Some(want)) => match h.verify(want) {
-                    Ok(got) => Some(got),
-                    Err(e) => {
-                        sink.abort();
-                        return Err(e);
-                    }
-                },
-                _ => None,
-            };
-            progress.start_phase(Phase::Finish, None);
-            let report = match sink.finish(target_size) {
-                Ok(r) => r,
-                Err(e) => {
-                    sink.abort();
-                    return Err(e);
-                }
-            };
-            progress.add_written_bytes(report.bytes_written);
-            Ok(ImportReport {
-                format,
-                compression,
-                virtual_size,
-                target_size,
-                bytes_read: progress.snapshot().source_bytes,
-                bytes_written: report.bytes_written,
-                seconds: started.elapsed().as_secs_f64(),
-                checksum,
-                preallocated: report.preallocated,
-                strategy: plan.name(),
-                image_env,
-            })
+    // A resumable import (an uncompressed raw stream or a qcow2 with positional reads, into a file, from a
+    // source with a version) checkpoints.
+    let layout = match plan {
+        Plan::Stream => Some(Layout::Raw),
+        Plan::Qcow2 { refetch: RefetchPlan::Random } => Some(Layout::Qcow2),
+        _ => None,
+    };
+    let checkpoint = match (&validator, layout) {
+        (Some(v), Some(layout)) if req.resume && probed.compressions.is_empty() && sink.capacity().is_none() => {
+            Some(Checkpoint::start(req.source.to_string(), v.clone(), layout))
         }
+        _ => None,
+    };
+    let about = Concluded {
+        format: probed.format,
+        compression: compression_name(&probed.compressions),
+        image_env: probed.image_env.clone(),
+        started,
+    };
+    match execute(req, plan, probed, sink.as_mut(), progress, hasher.as_ref(), checkpoint) {
+        Ok(sizes) => conclude(req, sink, hasher.as_ref(), progress, sizes, plan, about),
         Err(e) => {
             sink.abort();
+            Checkpoint::remove(&req.dest);
             Err(e)
         }
     }
+}
+
+/// What the report says beyond the sink's figures.
+struct Concluded {
+    format: ImageFormat,
+    compression: String,
+    image_env: Vec<String>,
+    started: Instant,
+}
+
+impl Concluded {
+    /// A resumed import of an uncompressed image in `format`.
+    fn resumed(format: ImageFormat, started: Instant) -> Self {
+        Concluded { format, compression: compression_name(&[]), image_env: Vec::new(), started }
+    }
+}
+
+/// After the data is in: verifies the checksum, finishes the sink (size, preallocation, fsync), removes a resume
+/// checkpoint, and reports. On failure the sink is aborted (a file target is removed).
+fn conclude(
+    req: &ImportRequest,
+    mut sink: Box<dyn Sink>,
+    hasher: Option<&Hasher>,
+    progress: &Progress,
+    (virtual_size, target_size): (u64, u64),
+    plan: Plan,
+    about: Concluded,
+) -> Result<ImportReport> {
+    let finished = (|| {
+        let checksum = match (hasher, &req.checksum) {
+            (Some(h), Some(want)) => Some(h.verify(want)?),
+            _ => None,
+        };
+        progress.start_phase(Phase::Finish, None);
+        Ok((checksum, sink.finish(target_size)?))
+    })();
+    Checkpoint::remove(&req.dest);
+    let (checksum, report) = match finished {
+        Ok(r) => r,
+        Err(e) => {
+            sink.abort();
+            return Err(e);
+        }
+    };
+    progress.add_written_bytes(report.bytes_written);
+    Ok(ImportReport {
+        format: about.format,
+        compression: about.compression,
+        virtual_size,
+        target_size,
+        bytes_read: progress.snapshot().source_bytes,
+        bytes_written: report.bytes_written,
+        seconds: about.started.elapsed().as_secs_f64(),
+        checksum,
+        preallocated: report.preallocated,
+        strategy: plan.name(),
+        image_env: about.image_env,
+    })
 }
 
 /// Drains the rest of a stream (so a checksum covers every byte).
@@ -289,6 +470,7 @@ fn execute(
     sink: &mut dyn Sink,
     progress: &Progress,
     hasher: Option<&Hasher>,
+    checkpoint: Option<Checkpoint>,
 ) -> Result<(u64, u64)> {
     let Probed { size, random_access, local_path, compressions, format, head, mut stream, .. } = probed;
     let compressed = !compressions.is_empty();
@@ -299,7 +481,13 @@ fn execute(
     // second disk file, whiteouts) surface only at the end of the stream.
     let read_all = hasher.is_some() || matches!(req.source, SourceLocation::Registry(_));
     match plan {
-        Plan::Stream => stream_raw(req, sink, &mut stream, (!compressed).then_some(size).flatten()),
+        Plan::Stream => {
+            let known = (!compressed).then_some(size).flatten();
+            match checkpoint {
+                Some(c) => stream_raw(req, &mut Checkpointing::new(sink, &req.dest, c), &mut stream, known),
+                None => stream_raw(req, sink, &mut stream, known),
+            }
+        }
         Plan::Qcow2 { refetch } => {
             let file_size = (!compressed).then_some(size).flatten();
             let refetch = match (refetch, random_access, &req.scratch) {
@@ -307,7 +495,11 @@ fn execute(
                 (_, _, Some(dir)) => Refetch::Spill(Spill::with_overflow(dir)),
                 _ => Refetch::Spill(Spill::memory()),
             };
-            qcow2_native(req, sink, &mut stream, &head, file_size, refetch, read_all)
+            let input = Qcow2Input { stream: &mut stream, head: &head, file_size, refetch, from: 0 };
+            match checkpoint {
+                Some(c) => qcow2_native(req, &mut Checkpointing::new(sink, &req.dest, c), input, read_all),
+                None => qcow2_native(req, sink, input, read_all),
+            }
         }
         Plan::VmdkStream => vmdk_native(req, sink, &mut stream, &head, read_all),
         Plan::Ova => {
@@ -474,22 +666,30 @@ fn stream_raw(
     Ok((vs, target))
 }
 
-/// Converts a qcow2 stream (`head`: its first bytes) natively; with `read_all` the stream is drained.
-fn qcow2_native(
-    req: &ImportRequest,
-    sink: &mut dyn Sink,
-    stream: &mut dyn Read,
-    head: &[u8],
+/// Where a native qcow2 conversion gets its bytes.
+struct Qcow2Input<'a> {
+    /// The image from `from` on.
+    stream: &'a mut dyn Read,
+    /// The image's first bytes (its header).
+    head: &'a [u8],
+    /// The image's length, when known.
     file_size: Option<u64>,
+    /// Where bytes that streamed past come from.
     refetch: Refetch,
-    read_all: bool,
-) -> Result<(u64, u64)> {
+    /// Where the stream starts: 0, or the frontier a resumed import continues from.
+    from: u64,
+}
+
+/// Converts a qcow2 image natively (from the start, or from the frontier of a resumed import); with `read_all`
+/// the stream is drained.
+fn qcow2_native(req: &ImportRequest, sink: &mut dyn Sink, input: Qcow2Input<'_>, read_all: bool) -> Result<(u64, u64)> {
+    let Qcow2Input { stream, head, file_size, refetch, from } = input;
     let header = Header::parse(head, file_size)
         .map_err(|e| Error::Format { format: ImageFormat::Qcow2, source: FormatError::Qcow2(e) })?;
     let target = plan::target_size(header.virtual_size, req.size, sink.capacity())?;
     sink.ensure_len(target)?;
     let vs = header.virtual_size;
-    qcow2::convert(header, stream, file_size, refetch, sink, read_all)?;
+    qcow2::convert_from(header, stream, file_size, refetch, sink, read_all, from)?;
     if read_all {
         drain(stream)?;
     }
@@ -571,7 +771,7 @@ fn ova_disk_format(
                 Some(dir) => Refetch::Spill(Spill::with_overflow(dir)),
                 None => Refetch::Spill(Spill::memory()),
             };
-            qcow2_native(req, sink, stream, head, size, refetch, false)
+            qcow2_native(req, sink, Qcow2Input { stream, head, file_size: size, refetch, from: 0 }, false)
         }
         ImageFormat::Raw => stream_raw(req, sink, stream, size),
         other => {

@@ -70,6 +70,21 @@ pub trait Sink: Send {
     fn ensure_len(&mut self, _len: u64) -> Result<()> {
         Ok(())
     }
+    /// Makes everything written so far durable (`fdatasync` after the queued writes), for a resume
+    /// checkpoint. Default: nothing to do (in-memory sinks).
+    fn sync_data(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Whether the sink wants a resume checkpoint now (a converter whose output is not sequential then offers
+    /// its frontier through [`Sink::checkpoint`]). Default: never.
+    fn checkpoint_due(&self) -> bool {
+        false
+    }
+    /// Records that every byte of the image the converter is responsible for below source offset `frontier` has
+    /// been written (see `crate::resume`). Default: nothing to record.
+    fn checkpoint(&mut self, _frontier: u64) -> Result<()> {
+        Ok(())
+    }
     /// Sets the final size, applies preallocation, and makes everything durable (fsync).
     fn finish(&mut self, len: u64) -> Result<SinkReport>;
     /// Undoes what can be undone after a failure: a file target is removed; a block device is left as is.
@@ -227,6 +242,8 @@ impl Chunk {
 enum Op {
     Data(Chunk),
     Zero(u64, u64),
+    /// `fdatasync` once the ops before it are done; the result goes back on the channel.
+    Sync(SyncSender<io::Result<()>>),
 }
 
 /// The writer thread's side: performs writes, skipping or zeroing zero blocks. Whole aligned blocks go
@@ -329,6 +346,9 @@ impl Target {
                     let _ = recycle.send(chunk);
                 }
                 Op::Zero(off, len) => self.zero(off, len)?,
+                Op::Sync(done) => {
+                    let _ = done.send(rustix::fs::fdatasync(&self.file).map_err(io::Error::from));
+                }
             }
             if self.buffered >= FLUSH_EVERY {
                 self.buffered = 0;
@@ -405,6 +425,20 @@ impl TargetSink {
         }
         let file = OpenOptions::new().write(true).create_new(true).mode(0o644).open(path).map_err(err)?;
         Self::new(path, file, Kind::File, preallocate)
+    }
+
+    /// Reopens the regular file at `path` that an interrupted import left, keeping its first `keep` bytes
+    /// (what a resume checkpoint says is durable) and dropping the rest, which reads as zeroes again.
+    pub fn resume_file(path: &Path, preallocate: bool, keep: u64) -> Result<Self> {
+        let err = |source| Error::Sink { path: path.to_path_buf(), source };
+        let file = OpenOptions::new().write(true).open(path).map_err(err)?;
+        if !file.metadata().map_err(err)?.is_file() {
+            return Err(err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")));
+        }
+        file.set_len(keep).map_err(err)?;
+        let mut sink = Self::new(path, file, Kind::File, preallocate)?;
+        sink.end = keep;
+        Ok(sink)
     }
 
     /// Opens a block device exclusively (`O_EXCL`: fails if it is mounted) and reads its size.
@@ -590,6 +624,20 @@ impl Sink for TargetSink {
         }
         self.flush_buf()?;
         self.send(Op::Zero(offset, len))
+    }
+
+    fn sync_data(&mut self) -> Result<()> {
+        self.flush_buf()?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Op::Sync(tx))?;
+        match rx.recv() {
+            Ok(r) => r.map_err(|e| self.err(e)),
+            // The writer died before it got there: its error surfaces from `stop`.
+            Err(_) => {
+                let e = self.writer.stop().err().unwrap_or_else(|| io::Error::other("writer stopped"));
+                Err(self.err(e))
+            }
+        }
     }
 
     fn ensure_len(&mut self, len: u64) -> Result<()> {

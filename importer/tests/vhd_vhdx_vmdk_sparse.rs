@@ -145,6 +145,7 @@ fn import(img: &Path, dest: &Path, run: Run) -> importer::Result<ImportReport> {
             random_access: Some(Arc::new(MemoryAccess(bytes))),
             local_path: None,
             image_env: Vec::new(),
+            validator: None,
         },
         Via::Spooled => stream_of(bytes),
     };
@@ -158,6 +159,7 @@ fn stream_of(bytes: Vec<u8>) -> OpenedSource {
         random_access: None,
         local_path: None,
         image_env: Vec::new(),
+        validator: None,
     }
 }
 
@@ -175,6 +177,7 @@ fn import_opened(
         preallocate: false,
         http: SourceOptions::default(),
         scratch,
+        resume: false,
     };
     pipeline::import_opened(&req, opened, &Progress::new())
 }

@@ -115,6 +115,7 @@ fn opened(bytes: Vec<u8>) -> OpenedSource {
         random_access: None,
         local_path: None,
         image_env: Vec::new(),
+        validator: None,
     }
 }
 
@@ -132,6 +133,7 @@ fn import(bytes: Vec<u8>, dest: &Path, how: Import) -> importer::Result<ImportRe
         preallocate: false,
         http: SourceOptions { ova_disk: how.ova_disk, ..SourceOptions::default() },
         scratch: None,
+        resume: false,
     };
     pipeline::import_opened(&req, opened(bytes), &Progress::new())
 }

@@ -31,6 +31,7 @@ use futures::stream::BoxStream;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use importer::pod::archive::extract_tar;
+use importer::pod::metrics::TransferMeter;
 use importer::pod::volume::{Volume, set_mode};
 use importer::progress::{Phase, Progress};
 use importer::source::{OpenedSource, SourceLocation, SourceOptions, push};
@@ -241,6 +242,8 @@ struct Shared {
     progress: Progress,
     /// Highest percentage ×100 reported (the counter never goes down).
     best: AtomicU64,
+    /// The transfer detail (bytes, rate, time left) the DataVolume controller shows.
+    meter: TransferMeter,
     done: watch::Sender<Option<Outcome>>,
 }
 
@@ -278,9 +281,15 @@ impl Shared {
              {PROGRESS_METRIC}{{ownerUID=\"{uid}\"}} {:.2}\n\
              # HELP kubevirt_rs_upload_received_bytes Bytes of upload body received so far\n\
              # TYPE kubevirt_rs_upload_received_bytes counter\n\
-             kubevirt_rs_upload_received_bytes{{owner_uid=\"{uid}\"}} {}\n",
+             kubevirt_rs_upload_received_bytes{{owner_uid=\"{uid}\"}} {}\n{}",
             best as f64 / 100.0,
-            s.source_bytes
+            s.source_bytes,
+            // Only while a body streams: an idle server has nothing in flight to describe.
+            if self.state() == State::Uploading {
+                self.meter.observe(&s).render(&self.cfg.owner_uid)
+            } else {
+                String::new()
+            },
         )
     }
 }
@@ -311,6 +320,8 @@ fn import(cfg: &Config, content: ContentType, opened: OpenedSource, progress: &P
                 preallocate: cfg.preallocation,
                 http: SourceOptions::default(),
                 scratch,
+                // An upload body cannot be asked for again from an offset.
+                resume: false,
             };
             let report = pipeline::import_opened(&req, opened, progress)?;
             if matches!(vol, Volume::Filesystem(_)) {
@@ -515,6 +526,7 @@ pub async fn start(cfg: Config) -> Result<Running> {
         state: Mutex::new(State::Idle),
         progress: Progress::new(),
         best: AtomicU64::new(0),
+        meter: TransferMeter::default(),
         done: done_tx,
     });
     let sh = shared.clone();
@@ -620,6 +632,7 @@ mod tests {
             state: Mutex::new(State::Idle),
             progress: Progress::new(),
             best: AtomicU64::new(0),
+            meter: TransferMeter::default(),
             done: tx,
         };
         assert!(s.render_metrics().contains("\nkubevirt_cdi_upload_progress_total{ownerUID=\"\"} 0.00\n"));

@@ -80,6 +80,8 @@ pub struct ImportSource {
     pub registry_import_method: Option<String>,
     /// `storage.import.registryImageArchitecture`.
     pub registry_architecture: Option<String>,
+    /// [`ann::OVA_DISK`]: the disk of an OVA source to import.
+    pub ova_disk: Option<String>,
 }
 
 impl ImportSource {
@@ -96,6 +98,7 @@ impl ImportSource {
             secret_extra_headers: Vec::new(),
             registry_import_method: None,
             registry_architecture: None,
+            ova_disk: None,
         }
     }
 
@@ -113,6 +116,7 @@ impl ImportSource {
             secret_extra_headers: numbered(a, ann::SECRET_EXTRA_HEADERS_PREFIX),
             registry_import_method: get(ann::REGISTRY_IMPORT_METHOD),
             registry_architecture: get(ann::REGISTRY_ARCHITECTURE),
+            ova_disk: non_empty(ann::OVA_DISK),
         }
     }
 
@@ -140,6 +144,9 @@ impl ImportSource {
         }
         if let Some(arch) = &self.registry_architecture {
             put(ann::REGISTRY_ARCHITECTURE, arch);
+        }
+        if let Some(disk) = &self.ova_disk {
+            put(ann::OVA_DISK, disk);
         }
         for (i, h) in self.extra_headers.iter().enumerate() {
             put(&format!("{}{i}", ann::EXTRA_HEADERS_PREFIX), h);

@@ -39,6 +39,10 @@ pub mod ann {
     pub const REGISTRY_IMPORT_METHOD: &str = "cdi.kubevirt.io/storage.import.registryImportMethod";
     /// Registry platform architecture.
     pub const REGISTRY_ARCHITECTURE: &str = "cdi.kubevirt.io/storage.import.registryImageArchitecture";
+    /// Our extension (CDI imports no OVAs): which disk of an OVA source to import — its `ovf:diskId`, file name
+    /// or file id. Set on the DataVolume, copied to the PVC like every DataVolume annotation, handed to the
+    /// importer as `IMPORTER_OVA_DISK`. Without it the OVF's first disk is imported.
+    pub const OVA_DISK: &str = "import.kubevirt-rs.io/ova-disk";
     /// Content type (`kubevirt`/`archive`).
     pub const CONTENT_TYPE: &str = "cdi.kubevirt.io/storage.contentType";
     /// Preallocation requested.

@@ -12,6 +12,8 @@
 //!                                     PVC annotations ([`claim::WorkerState`]) ──► DataVolume status, virtctl
 //! ```
 //!
+//! Worker metrics: [`transfer::TransferStatus`] (bytes, rate, time left) beside CDI's percentage.
+//!
 //! Plus CDI's exact strings ([`consts`]), the content type ([`ContentType`]) and size arithmetic ([`sizing`]).
 
 pub mod claim;
@@ -19,6 +21,7 @@ pub mod consts;
 pub mod env;
 pub mod sizing;
 pub mod termination;
+pub mod transfer;
 
 pub use claim::{ClaimOptions, ImportSource, SourceKind, StateChanges, TransferRequest, WorkerPhase, WorkerState};
 pub use env::{

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Progress","type":"string","description":"Transfer progress in percentage if known, N/A otherwise","jsonPath":".status.progress"}"#,
     printcolumn = r#"{"name":"Restarts","type":"integer","description":"The number of times the transfer has been restarted.","jsonPath":".status.restartCount"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Transfer","type":"string","description":"While the transfer runs: bytes done of total, rate and time left; afterwards how it ended (the Running condition's message)","jsonPath":".status.conditions[?(@.type==\"Running\")].message"}"#,
     doc = "DataVolume is an abstraction on top of PersistentVolumeClaims to allow easy population of those PersistentVolumeClaims with relation to VirtualMachines"
 )]
 #[serde(rename_all = "camelCase")]

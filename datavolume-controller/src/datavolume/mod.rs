@@ -184,8 +184,9 @@ async fn observe(ctx: &Context, pvc: &PersistentVolumeClaim, obs: &mut Observed)
         && let Some(pod) = worker_pod(ctx, pvc)
         && let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone())
     {
-        obs.progress =
-            crate::progress::scrape(&ctx.scraper, &ip, crds::cdi::consts::WORKER_PORT, &owner_uid(pvc)).await;
+        let scraped = crate::progress::scrape(&ctx.scraper, &ip, crds::cdi::consts::WORKER_PORT, &owner_uid(pvc)).await;
+        obs.progress = scraped.percent;
+        obs.transfer = scraped.transfer;
     }
 }
 

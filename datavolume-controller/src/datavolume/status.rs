@@ -2,6 +2,7 @@
 //! the events a status change produces. Nothing here talks to the API server.
 
 use contracts::cdi::consts::{event, message, reason};
+use contracts::cdi::transfer::TransferStatus;
 use contracts::cdi::{ClaimOptions, TransferRequest, WorkerPhase, WorkerState};
 use controller_runtime::events::Severity;
 use crds::cdi::datavolume::{
@@ -18,6 +19,9 @@ pub struct Observed {
     pub wffc: bool,
     /// Progress scraped from the running worker (`45.67%`).
     pub progress: Option<String>,
+    /// The running worker's transfer detail: while Running is True it is the condition's message (upstream
+    /// leaves it empty), so `kubectl get dv` shows bytes, rate and time left in its `Transfer` column.
+    pub transfer: Option<TransferStatus>,
     /// The PVC could not be rendered (reason `ErrClaimNotValid`).
     pub claim_error: Option<String>,
 }
@@ -211,6 +215,16 @@ pub fn compute(
     if matches!(request, Some(TransferRequest::Clone { .. })) && r_reason == reason::COMPLETED {
         r_msg = message::CLONE_COMPLETE.to_owned();
     }
+    if r_status == ConditionStatus::True && r_msg.is_empty() {
+        // The latest detail, or the one shown before (a scrape can miss); never a stale one once not running.
+        r_msg = match &obs.transfer {
+            Some(t) => t.message(),
+            None => old_cond(ConditionType::Running)
+                .filter(|c| c.status == ConditionStatus::True)
+                .and_then(|c| c.message.clone())
+                .unwrap_or_default(),
+        };
+    }
     let running = condition(old_cond(ConditionType::Running), ConditionType::Running, r_status, &r_reason, &r_msg, now);
     let old_running = old_cond(ConditionType::Running);
     if r_status == ConditionStatus::False
@@ -268,6 +282,7 @@ pub fn compute(
 mod tests {
     use super::*;
     use contracts::cdi::consts::ann;
+    use contracts::cdi::transfer::Stage;
     use k8s_openapi::api::core::v1::PersistentVolumeClaimStatus;
     use k8s_openapi::jiff::Timestamp;
     use std::collections::BTreeMap;
@@ -378,6 +393,38 @@ mod tests {
         assert_eq!(s.progress.as_deref(), Some("45.67%"));
         let ready = cond(&s, ConditionType::Ready);
         assert_eq!((ready.status, ready.reason.as_deref()), (ConditionStatus::False, Some("TransferRunning")));
+        assert_eq!(cond(&s, ConditionType::Running).message, None, "upstream's empty message without a detail");
+
+        // With the worker's transfer detail, the Running message says bytes, rate and time left; a scrape that
+        // misses keeps it; once the worker stops, its own message replaces it.
+        let detail = TransferStatus {
+            stage: Stage::Transferring,
+            done: 3 << 20,
+            total: Some(8 << 20),
+            percent: None,
+            bytes_per_second: Some(1048576.0),
+            eta_seconds: Some(5),
+        };
+        let obs = Observed { progress: Some("37.50%".into()), transfer: Some(detail), ..Default::default() };
+        let (s, _) = compute(&dv(), Some(&p), &obs, &now());
+        let running = cond(&s, ConditionType::Running);
+        assert_eq!(running.message.as_deref(), Some("transferring 3.0 MiB of 8.0 MiB (37.50%), 1.0 MiB/s, 5s left"));
+        assert_eq!(running.reason.as_deref(), Some("Pod is running"));
+        let mut d = dv();
+        d.status = Some(s.clone());
+        let (missed, _) = compute(&d, Some(&p), &Observed::default(), &now());
+        assert_eq!(cond(&missed, ConditionType::Running).message, running.message);
+        let done = pvc(
+            "Bound",
+            &[
+                (ann::POD_PHASE, "Succeeded"),
+                (ann::RUNNING_CONDITION, "false"),
+                (ann::RUNNING_CONDITION_REASON, "Completed"),
+                (ann::RUNNING_CONDITION_MESSAGE, "Import Complete"),
+            ],
+        );
+        let (s, _) = compute(&d, Some(&done), &obs, &now());
+        assert_eq!(cond(&s, ConditionType::Running).message.as_deref(), Some("Import Complete"));
         let (s, _) = compute(&dv(), None, &Observed::default(), &now());
         assert_eq!(s.progress.as_deref(), Some("N/A"));
         assert_eq!(cond(&s, ConditionType::Bound).reason.as_deref(), Some("NotFound"));

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use contracts::cdi::env::{EnvEntry, EnvValue};
 use contracts::cdi::sizing::{required_space, usable_space};
 use contracts::cdi::{
-    ClaimOptions, CloneSourceEnv, Credentials, ImportSource, ImporterEnv, ProxyEnv, SourceKind, UploadServerEnv,
+    ClaimOptions, CloneSourceEnv, Credentials, ImportSource, ImporterEnv, OvaDiskEnv, ProxyEnv, SourceKind,
+    UploadServerEnv,
 };
 use contracts::quantity::{ByteQuantity, InvalidQuantity, MIB};
 use crds::cdi::config::ImportProxy;
@@ -367,12 +368,16 @@ pub fn importer_pod(
         volumes.push(v);
         mounts.push(m);
     }
+    let mut entries = env.to_env();
+    if let (Some(disk), None) = (&source.ova_disk, &opts.clone) {
+        entries.push(OvaDiskEnv(disk.clone()).to_env());
+    }
     let mut container = worker_container(
         "importer",
         &cfg.importer_image,
         vec!["importer".into()],
         cfg,
-        k8s_env(env.to_env()),
+        k8s_env(entries),
         mounts,
         device,
     );
@@ -717,6 +722,19 @@ mod tests {
     fn mounts(pod: &Pod) -> Vec<(String, String)> {
         let c = &pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default()[0];
         c.volume_mounts.iter().flatten().map(|m| (m.name.clone(), m.mount_path.clone())).collect()
+    }
+
+    #[test]
+    fn the_ova_disk_annotation_reaches_the_importer() {
+        let ova = [(ann::SOURCE, "http"), (ann::ENDPOINT, "http://h/vm.ova"), (ann::OVA_DISK, "vmdisk2")];
+        let pvc = claim(false, Some("1Gi"), &ova);
+        let pod =
+            importer_pod(&pvc, &source(&pvc), &config(), &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(env_of(&pod).get("IMPORTER_OVA_DISK").map(String::as_str), Some("vmdisk2"));
+        let plain = claim(false, Some("1Gi"), &ova[..2]);
+        let pod = importer_pod(&plain, &source(&plain), &config(), &ImportOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!env_of(&pod).contains_key("IMPORTER_OVA_DISK"));
     }
 
     #[test]

@@ -102,6 +102,8 @@ pub fn run(cfg: &PodConfig, rt: &tokio::runtime::Handle, progress: &Progress) ->
             preallocate: cfg.preallocation,
             http: cfg.options.clone(),
             scratch: scratch.clone(),
+            // A killed pod's successor continues a Filesystem volume's import (`crate::resume`).
+            resume: matches!(vol, Volume::Filesystem(_)),
         };
         let report = pipeline::import(&req, progress, rt)?;
         if matches!(vol, Volume::Filesystem(_)) {

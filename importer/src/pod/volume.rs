@@ -34,6 +34,12 @@ impl Volume {
 
     /// Bytes the volume offers: the device size, or `min(free space, image_size)` (the PVC's request).
     pub fn available(&self, image_size: Option<u64>) -> Result<u64, Error> {
+        self.available_reclaiming(image_size, 0)
+    }
+
+    /// [`available`](Self::available), counting `reclaim` bytes the import frees or reuses (an existing image
+    /// file it replaces or resumes) as free.
+    fn available_reclaiming(&self, image_size: Option<u64>, reclaim: u64) -> Result<u64, Error> {
         match self {
             Volume::Block(dev) => {
                 let mut f = fs::File::open(dev).map_err(|source| Error::Sink { path: dev.clone(), source })?;
@@ -41,7 +47,7 @@ impl Volume {
             }
             Volume::Filesystem(dir) => {
                 let st = rustix::fs::statvfs(dir).map_err(|e| Error::Sink { path: dir.clone(), source: e.into() })?;
-                let free = st.f_bavail.saturating_mul(st.f_frsize);
+                let free = st.f_bavail.saturating_mul(st.f_frsize).saturating_add(reclaim);
                 Ok(image_size.map_or(free, |s| s.min(free)))
             }
         }
@@ -56,7 +62,10 @@ impl Volume {
         overhead: f64,
         image_size: Option<u64>,
     ) -> Result<(PathBuf, SizeRule), Error> {
-        let available = self.available(image_size)?;
+        // An image file left by an interrupted run is replaced or resumed: its blocks count as free, so a resumed
+        // import sizes its target as the first run did.
+        let reclaim = fs::metadata(file).map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512).unwrap_or(0);
+        let available = self.available_reclaiming(image_size, reclaim)?;
         Ok(match self {
             Volume::Filesystem(_) => {
                 let usable = usable_space(overhead, available);

@@ -98,5 +98,6 @@ pub fn open(path: &Path) -> Result<OpenedSource> {
         random_access: Some(Arc::new(access)),
         local_path: Some(path.to_path_buf()),
         image_env: Vec::new(),
+        validator: None,
     })
 }

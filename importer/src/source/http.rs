@@ -6,7 +6,8 @@
 //!   exponential backoff, up to `max_retries` attempts without progress.
 //! * Redirects are followed by hand (at most 10 hops) so that basic auth and extra headers are re-applied
 //!   on every hop, as CDI does; the final URL is remembered and used for ranged reads.
-//! * Servers that advertise `Accept-Ranges: bytes` and a length also offer [`RandomAccess`].
+//! * Servers that advertise `Accept-Ranges: bytes` and a length also offer [`RandomAccess`], and a [`Validator`]
+//!   (`ETag` / `Last-Modified`) with which [`open_from`] resumes an interrupted import from the same version.
 //! * Every wait on the network is bounded by the stall timeout: connecting, the response headers of every
 //!   request (HEAD, GET, ranged GETs) and each read of a body; an expired wait is retried like a stall.
 
@@ -20,7 +21,9 @@ use reqwest::{Method, StatusCode, Url};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, inside, pump};
+use super::{
+    Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, Validator, ca_files, inside, pump,
+};
 use crate::checksum::Hasher;
 use crate::{Error, Result};
 use contracts::errors::chain_line;
@@ -234,6 +237,64 @@ fn content_range_start(h: &HeaderMap) -> Option<u64> {
     rest.split('-').next()?.trim().parse().ok()
 }
 
+/// `Content-Range: bytes START-END/TOTAL` → TOTAL.
+fn content_range_total(h: &HeaderMap) -> Option<u64> {
+    let v = h.get(reqwest::header::CONTENT_RANGE)?.to_str().ok()?;
+    v.rsplit_once('/')?.1.trim().parse().ok()
+}
+
+/// The version a response describes, for an object of `size` bytes; `None` without `ETag` and `Last-Modified`.
+fn validator_of(h: &HeaderMap, size: Option<u64>) -> Option<Validator> {
+    let text = |name| h.get(name).and_then(|v: &HeaderValue| v.to_str().ok()).map(str::to_owned);
+    let v = Validator {
+        etag: text(reqwest::header::ETAG),
+        last_modified: text(reqwest::header::LAST_MODIFIED),
+        size: size?,
+    };
+    (v.etag.is_some() || v.last_modified.is_some()).then_some(v)
+}
+
+/// Opens an HTTP(S) source at byte `from` of the version `expected` names (resuming an interrupted import):
+/// one ranged GET, which must answer 206 from `from` for an object with the same `ETag`, `Last-Modified` and
+/// length. `Ok(None)` when the object changed or ranges are no longer offered: the caller starts over. The
+/// stream yields the bytes from `from`; breaks resume like [`open`]'s; random access covers the whole object.
+pub fn open_from(
+    url: &Url,
+    opts: &SourceOptions,
+    rt: &Handle,
+    from: u64,
+    expected: &Validator,
+) -> Result<Option<OpenedSource>> {
+    let client = Arc::new(Client::new(url, opts)?);
+    let resp = rt.block_on(client.send(Method::GET, Some((from, None)), false)).map_err(|f| client.error(&f))?;
+    let h = resp.headers();
+    if resp.status() != StatusCode::PARTIAL_CONTENT || content_range_start(h) != Some(from) {
+        tracing::info!(url = %redact(url), status = %resp.status(), "no range from byte {from}: starting over");
+        return Ok(None);
+    }
+    let got = validator_of(h, content_range_total(h));
+    if got.as_ref() != Some(expected) {
+        tracing::info!(url = %redact(url), ?got, ?expected, "the source changed since the checkpoint: starting over");
+        return Ok(None);
+    }
+    let size = expected.size;
+    let (tx, rx) = mpsc::channel(super::BODY_CHANNEL_CHUNKS);
+    let c = client.clone();
+    let what = redact(url);
+    rt.spawn(async move {
+        let opts = c.opts.clone();
+        pump(resp, Some(size - from), &opts, &what, |pos| reopen(c.clone(), true, from + pos), tx).await;
+    });
+    Ok(Some(OpenedSource {
+        stream: Box::new(ChannelReader::new(rx)),
+        size: Some(size),
+        random_access: Some(Arc::new(HttpAccess { client, size, rt: rt.clone() }) as Arc<dyn RandomAccess>),
+        local_path: None,
+        image_env: Vec::new(),
+        validator: Some(expected.clone()),
+    }))
+}
+
 /// Opens an HTTP(S) source: HEAD for size and Range support (a failing HEAD is tolerated), then the GET that
 /// is streamed. The body's chunks are handed to `hasher` as they are received, without a copy.
 pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle, hasher: Option<&Hasher>) -> Result<OpenedSource> {
@@ -248,6 +309,8 @@ pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle, hasher: Option<&Hasher
     let resp = rt.block_on(client.send(Method::GET, None, false)).map_err(|f| client.error(&f))?;
     let size = content_length(resp.headers()).or(head_len);
     let ranges = (head_ranges || accepts_ranges(resp.headers())) && size.is_some();
+    // Only a version that can be resumed with a range is worth naming.
+    let validator = validator_of(resp.headers(), size).filter(|_| ranges);
     if let Some(ct) = resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && ct.starts_with("text/")
     {
@@ -270,6 +333,7 @@ pub fn open(url: &Url, opts: &SourceOptions, rt: &Handle, hasher: Option<&Hasher
         random_access,
         local_path: None,
         image_env: Vec::new(),
+        validator,
     })
 }
 

@@ -187,6 +187,21 @@ pub struct OpenedSource {
     pub local_path: Option<PathBuf>,
     /// Registry images: the image config's `Env` entries (`NAME=value`), for CDI's label mapping.
     pub image_env: Vec<String>,
+    /// Which version of the object this is, when the server says (HTTP `ETag` / `Last-Modified`).
+    pub validator: Option<Validator>,
+}
+
+/// What identifies one version of a remote object: its `ETag`, `Last-Modified` and length. A resumed import
+/// continues only from the same version (all three equal); at least one of the first two must be known.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Validator {
+    /// The entity tag, as sent (quotes and `W/` included).
+    pub etag: Option<String>,
+    /// The `Last-Modified` date, as sent.
+    pub last_modified: Option<String>,
+    /// The object's length.
+    pub size: u64,
 }
 
 /// One PEM file of a CA directory and the certificates in it.

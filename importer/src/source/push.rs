@@ -48,6 +48,7 @@ pub fn channel(size: Option<u64>) -> (PushSender, OpenedSource) {
         random_access: None,
         local_path: None,
         image_env: Vec::new(),
+        validator: None,
     };
     (PushSender { tx }, opened)
 }

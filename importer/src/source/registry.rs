@@ -169,6 +169,7 @@ pub fn open(reference: &str, opts: &SourceOptions, rt: &Handle) -> Result<Opened
                 random_access: None,
                 local_path: None,
                 image_env: info.env,
+                validator: None,
             })
         }
         Some(Msg::Fail(e)) => Err(e),

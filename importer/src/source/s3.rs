@@ -9,6 +9,8 @@
 //!   streams the body through a bounded channel, resuming with `Range: bytes=N-` after a reset or a stall, with
 //!   exponential backoff, up to `max_retries` attempts without progress.
 //! * [`RandomAccess`] is served by ranged GetObjects, so qcow2 objects convert without scratch space.
+//! * The HEAD's ETag, Last-Modified and length are the object's [`Validator`]; [`open_from`] resumes an
+//!   interrupted import from the same version (`If-Match` on every GET).
 //! * TLS: every PEM file in the cert dir is added to the system roots. `insecure` is not supported: the smithy
 //!   rustls client has no "accept invalid certificates" switch and no public way to plug in a custom rustls
 //!   configuration (CDI ignores `INSECURE_TLS` for S3 too); it is logged and ignored.
@@ -31,7 +33,9 @@ use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, ca_files, inside, pump};
+use super::{
+    Body, ChannelReader, OpenedSource, RandomAccess, RangeIgnored, SourceOptions, Validator, ca_files, inside, pump,
+};
 use crate::{Error, Result};
 use contracts::errors::chain_line;
 
@@ -286,6 +290,70 @@ pub fn open(
     opts: &SourceOptions,
     rt: &Handle,
 ) -> Result<OpenedSource> {
+    let (obj, size, validator) = head(url, endpoint, opts, rt)?;
+    let first = rt.block_on(obj.get(None)).map_err(|m| obj.error(m))?;
+    Ok(stream_from(obj, size, validator, first, 0, rt))
+}
+
+/// Opens an S3 object at byte `from` of the version `expected` names (resuming an interrupted import): `Ok(None)`
+/// when the object's ETag, Last-Modified or length changed (the caller starts over). The stream yields the bytes
+/// from `from`; random access covers the whole object.
+pub fn open_from(
+    url: &reqwest::Url,
+    endpoint: Option<&reqwest::Url>,
+    opts: &SourceOptions,
+    rt: &Handle,
+    from: u64,
+    expected: &Validator,
+) -> Result<Option<OpenedSource>> {
+    let (obj, size, validator) = head(url, endpoint, opts, rt)?;
+    if validator.as_ref() != Some(expected) || from > size {
+        tracing::info!(url = %obj.url, ?validator, ?expected, "the source changed since the checkpoint: starting over");
+        return Ok(None);
+    }
+    let first = rt.block_on(obj.get(Some((from, None)))).map_err(|m| obj.error(m))?;
+    Ok(Some(stream_from(obj, size, validator, first, from, rt)))
+}
+
+/// The object's body from `from` (the GetObject `first` answered), pumped through a bounded channel.
+fn stream_from(
+    obj: Object,
+    size: u64,
+    validator: Option<Validator>,
+    first: GetObjectOutput,
+    from: u64,
+    rt: &Handle,
+) -> OpenedSource {
+    let obj = Arc::new(obj);
+    let (tx, rx) = mpsc::channel(super::BODY_CHANNEL_CHUNKS);
+    let o = obj.clone();
+    rt.spawn(async move {
+        let opts = o.opts.clone();
+        let what = o.url.clone();
+        let reopen = |pos: u64| {
+            let o = o.clone();
+            let at = from + pos;
+            async move { o.get((at > 0).then_some((at, None))).await.map(|out| (out.body, 0)) }
+        };
+        pump(first.body, Some(size - from), &opts, &what, reopen, tx).await;
+    });
+    OpenedSource {
+        stream: Box::new(ChannelReader::new(rx)),
+        size: Some(size),
+        random_access: Some(Arc::new(S3Access { obj, size, rt: rt.clone() })),
+        local_path: None,
+        image_env: Vec::new(),
+        validator,
+    }
+}
+
+/// HEADs the object: the client pinned to its ETag, its size and version.
+fn head(
+    url: &reqwest::Url,
+    endpoint: Option<&reqwest::Url>,
+    opts: &SourceOptions,
+    rt: &Handle,
+) -> Result<(Object, u64, Option<Validator>)> {
     let target = parse_target(url, endpoint)?;
     tracing::debug!(?target, "opening S3 object");
     let mut obj = Object::new(url, target, opts)?;
@@ -308,26 +376,13 @@ pub fn open(
         .and_then(|l| u64::try_from(l).ok())
         .ok_or_else(|| obj.error(String::from("HEAD returned no Content-Length")))?;
     obj.etag = head.e_tag().map(str::to_string);
-    let first = rt.block_on(obj.get(None)).map_err(|m| obj.error(m))?;
-    let obj = Arc::new(obj);
-    let (tx, rx) = mpsc::channel(super::BODY_CHANNEL_CHUNKS);
-    let o = obj.clone();
-    rt.spawn(async move {
-        let opts = o.opts.clone();
-        let what = o.url.clone();
-        let reopen = |pos: u64| {
-            let o = o.clone();
-            async move { o.get((pos > 0).then_some((pos, None))).await.map(|out| (out.body, 0)) }
-        };
-        pump(first.body, Some(size), &opts, &what, reopen, tx).await;
+    let last_modified = head.last_modified().and_then(|d| d.fmt(aws_sdk_s3::primitives::DateTimeFormat::HttpDate).ok());
+    let validator = (obj.etag.is_some() || last_modified.is_some()).then(|| Validator {
+        etag: obj.etag.clone(),
+        last_modified,
+        size,
     });
-    Ok(OpenedSource {
-        stream: Box::new(ChannelReader::new(rx)),
-        size: Some(size),
-        random_access: Some(Arc::new(S3Access { obj, size, rt: rt.clone() })),
-        local_path: None,
-        image_env: Vec::new(),
-    })
+    Ok((obj, size, validator))
 }
 
 impl Body for aws_sdk_s3::primitives::ByteStream {

@@ -14,6 +14,14 @@
 //!
 //! Bounds: every offset is checked against the header cluster and the image size; table sizes are capped
 //! by the header validation; pending data runs are capped by [`MAX_PENDING`].
+//!
+//! Resuming ([`crate::resume`]): while converting, the sink is offered a *frontier* every time it says a
+//! checkpoint is due — a stream offset below which every data cluster the image maps from an L2 table that
+//! lies below it too has been written (the L1 table is parsed; no table or compressed cluster below it is open
+//! or waits for decoding; a data run below it was written up to it). [`convert_from`] continues from such a
+//! frontier: the stream starts there, tables below it are re-read with positional reads, and data below it is
+//! skipped when its L2 table lies below it as well (written before; a run across it is cut there); everything
+//! else is converted as usual (rewriting a cluster is harmless).
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
@@ -109,6 +117,12 @@ struct Converter<'a> {
     batch: Vec<(u64, u64, Vec<u8>)>, // (guest, host offset, compressed bytes)
     batch_bytes: u64,
     inflight: std::collections::VecDeque<std::sync::mpsc::Receiver<Decoded>>,
+    /// Lowest host offset of each batch in `inflight` (not written yet: it bounds the resume frontier).
+    inflight_low: std::collections::VecDeque<u64>,
+    /// A resumed conversion's starting frontier (0: a fresh one).
+    resume_at: u64,
+    /// End of the L2 table whose entries are being registered (`u64::MAX` otherwise).
+    l2_end: u64,
     /// Cluster-sized output buffers whose decoded data was written, reused by later batches (fresh
     /// allocations cost page faults and zeroing on every batch).
     spare_out: Vec<Vec<u8>>,
@@ -127,6 +141,24 @@ pub fn convert(
     sink: &mut dyn Sink,
     read_all: bool,
 ) -> Result<ConvertStats> {
+    convert_from(header, stream, file_size, refetch, sink, read_all, 0)
+}
+
+/// [`convert`] resumed at `frontier`, a value an earlier conversion of the same image into the same target
+/// offered the sink ([`Sink::checkpoint`]): `stream` yields the image from that offset; `refetch` must be
+/// [`Refetch::Random`] when `frontier > 0` (the tables below it are read again).
+pub fn convert_from(
+    header: Header,
+    stream: &mut dyn Read,
+    file_size: Option<u64>,
+    refetch: Refetch,
+    sink: &mut dyn Sink,
+    read_all: bool,
+    frontier: u64,
+) -> Result<ConvertStats> {
+    if frontier > 0 && !matches!(refetch, Refetch::Random(_)) {
+        return Err(Error::InvalidRequest(String::from("resuming a qcow2 conversion needs positional reads")));
+    }
     if let Some(r) = header.refusal() {
         return Err(ferr(r));
     }
@@ -140,13 +172,16 @@ pub fn convert(
         future_count: 0,
         active: Vec::new(),
         completed: Vec::new(),
-        horizon: 0,
+        horizon: frontier,
         l1_done: false,
         pending_l2: 0,
         open_real: 0,
         batch: Vec::new(),
         batch_bytes: 0,
         inflight: std::collections::VecDeque::new(),
+        inflight_low: std::collections::VecDeque::new(),
+        resume_at: frontier,
+        l2_end: u64::MAX,
         spare_out: Vec::new(),
         zero_run: None,
         stats: ConvertStats::default(),
@@ -185,7 +220,7 @@ impl Converter<'_> {
 
     fn run(&mut self, stream: &mut dyn Read, read_all: bool) -> Result<()> {
         let mut chunk = vec![0u8; CHUNK];
-        let mut pos = 0u64;
+        let mut pos = self.resume_at;
         loop {
             if !read_all && self.nothing_left() {
                 break;
@@ -203,6 +238,7 @@ impl Converter<'_> {
                 pos += n as u64;
                 self.horizon = pos;
                 self.stats.stream_bytes = pos;
+                self.offer_checkpoint(pos)?;
                 continue;
             }
             let n = crate::format::read_full(stream, &mut chunk).map_err(|e| crate::error::untag(e, pos))?;
@@ -213,6 +249,7 @@ impl Converter<'_> {
             pos += n as u64;
             self.horizon = pos;
             self.stats.stream_bytes = pos;
+            self.offer_checkpoint(pos)?;
         }
         self.at_end(pos)?;
         self.flush_batch()?;
@@ -220,6 +257,24 @@ impl Converter<'_> {
             self.collect_batch()?;
         }
         Ok(())
+    }
+
+    /// When the sink wants a checkpoint: the frontier at stream offset `pos` (see the module documentation).
+    /// Conservative: any open want, gathered or in-flight compressed cluster below `pos` bounds it.
+    fn offer_checkpoint(&mut self, pos: u64) -> Result<()> {
+        if !self.l1_done || !self.sink.checkpoint_due() {
+            return Ok(());
+        }
+        // A data want writes what it consumes; anything else is done only when finished.
+        let written = |w: &Want| match w.kind {
+            Kind::Data { .. } => w.start + w.got,
+            _ => w.start,
+        };
+        let future = self.future.range(..pos).flat_map(|(_, ws)| ws);
+        let open = future.chain(&self.active).chain(&self.completed).map(written);
+        let batched = self.batch.iter().map(|b| b.1);
+        let f = open.chain(batched).chain(self.inflight_low.iter().copied()).fold(pos, u64::min);
+        self.sink.checkpoint(f)
     }
 
     /// When the stream bytes at `pos` belong to exactly one want, a data run, and no other want starts
@@ -264,6 +319,21 @@ impl Converter<'_> {
     fn add(&mut self, mut w: Want) -> Result<()> {
         if w.len == 0 {
             return Ok(());
+        }
+        if matches!(w.kind, Kind::Data { .. } | Kind::Compressed { .. })
+            && w.start < self.resume_at
+            && self.l2_end <= self.resume_at
+        {
+            // Written before the frontier this conversion resumes from: all of it, or a data run's part below
+            // it (a compressed cluster across it is decoded again).
+            match w.kind {
+                _ if w.end() <= self.resume_at => return Ok(()),
+                Kind::Data { guest } => {
+                    let cut = self.resume_at - w.start;
+                    w = Want { start: self.resume_at, len: w.len - cut, kind: Kind::Data { guest: guest + cut }, ..w };
+                }
+                _ => {}
+            }
         }
         if w.kind != Kind::Ignore {
             self.open_real += 1;
@@ -483,7 +553,10 @@ impl Converter<'_> {
             }
             Kind::L2 { guest } => {
                 self.pending_l2 -= 1;
-                self.parse_l2(guest, &w.buf)
+                self.l2_end = w.end();
+                let r = self.parse_l2(guest, &w.buf);
+                self.l2_end = u64::MAX;
+                r
             }
             Kind::RefTable => {
                 for e in w.buf.chunks_exact(8) {
@@ -621,6 +694,7 @@ impl Converter<'_> {
         }
         let batch = std::mem::take(&mut self.batch);
         self.batch_bytes = 0;
+        self.inflight_low.push_back(batch.iter().map(|b| b.1).min().unwrap_or(u64::MAX));
         let cs = self.cs as usize;
         let comp = self.h.compression;
         let outs: Vec<Vec<u8>> =
@@ -650,6 +724,7 @@ impl Converter<'_> {
         let Some(rx) = self.inflight.pop_front() else {
             return Ok(());
         };
+        self.inflight_low.pop_front();
         let out = rx
             .recv()
             .map_err(|_| Error::SourceRead { offset: 0, source: io::Error::other("decoder thread failed") })?;
@@ -697,6 +772,7 @@ pub fn decompress_cluster(comp: ClusterCompression, input: &[u8], out: &mut [u8]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::SinkReport;
     use crate::sink::test_sinks::MemSink;
 
     /// A 512-byte-cluster v3 image with 4 guest clusters: guest 0 = data "A", guest 1 unallocated, guest 2 =
@@ -735,6 +811,118 @@ mod tests {
         let stats = convert(h, &mut stream, size, refetch, &mut sink, true)?;
         assert!(sink.covered.iter().all(|&c| c), "not every guest byte covered");
         Ok((sink.data, stats))
+    }
+
+    /// A 4 MiB-virtual image with 512-byte clusters: 128 L2 tables, each with its 64 data clusters after it
+    /// (with `some_data_first`, every third table after its data instead); every 7th cluster unallocated; with
+    /// `compress`, every 5th cluster deflated (decoded in batches, written late).
+    fn striped_image(some_data_first: bool, compress: bool) -> (Vec<u8>, Vec<u8>) {
+        let cs = 512usize;
+        let (tables, per) = (128usize, 64usize);
+        let mut f = vec![0u8; 3 * cs];
+        f[0..4].copy_from_slice(b"QFI\xfb");
+        f[4..8].copy_from_slice(&3u32.to_be_bytes());
+        f[20..24].copy_from_slice(&9u32.to_be_bytes());
+        f[24..32].copy_from_slice(&((tables * per * cs) as u64).to_be_bytes());
+        f[36..40].copy_from_slice(&(tables as u32).to_be_bytes());
+        f[40..48].copy_from_slice(&(cs as u64).to_be_bytes());
+        f[96..100].copy_from_slice(&4u32.to_be_bytes());
+        f[100..104].copy_from_slice(&104u32.to_be_bytes());
+        let mut want = vec![0u8; tables * per * cs];
+        for t in 0..tables {
+            let table_first = !(some_data_first && t % 3 == 1);
+            let base = f.len() / cs;
+            let (l2, data0) = if table_first { (base, base + 1) } else { (base + per, base) };
+            f.resize((base + per + 1) * cs, 0);
+            f[cs + t * 8..cs + t * 8 + 8].copy_from_slice(&((l2 * cs) as u64 | 1 << 63).to_be_bytes());
+            for j in 0..per {
+                let g = t * per + j;
+                if g % 7 == 3 {
+                    continue;
+                }
+                let host = data0 + j;
+                let byte = (g as u8) ^ 0x5a | 1;
+                want[g * cs..(g + 1) * cs].fill(byte);
+                let entry = if compress && g % 5 == 2 {
+                    use std::io::Write;
+                    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+                    e.write_all(&want[g * cs..(g + 1) * cs]).unwrap_or_else(|e| panic!("{e}"));
+                    let z = e.finish().unwrap_or_else(|e| panic!("{e}"));
+                    f[host * cs..host * cs + z.len()].copy_from_slice(&z);
+                    (host * cs) as u64 | 1 << 62
+                } else {
+                    f[host * cs..(host + 1) * cs].fill(byte);
+                    (host * cs) as u64 | 1 << 63
+                };
+                f[l2 * cs + j * 8..l2 * cs + j * 8 + 8].copy_from_slice(&entry.to_be_bytes());
+            }
+        }
+        (f, want)
+    }
+
+    /// A file-like target (reads 0 where never written) that wants a checkpoint after every read and keeps a
+    /// copy of itself with each frontier offered.
+    struct Snapshots {
+        data: Vec<u8>,
+        taken: Vec<(u64, Vec<u8>)>,
+    }
+
+    impl Sink for Snapshots {
+        fn capacity(&self) -> Option<u64> {
+            Some(self.data.len() as u64)
+        }
+        fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+            self.data[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn write_zeroes(&mut self, _offset: u64, _len: u64) -> Result<()> {
+            Ok(())
+        }
+        fn checkpoint_due(&self) -> bool {
+            true
+        }
+        fn checkpoint(&mut self, frontier: u64) -> Result<()> {
+            self.taken.push((frontier, self.data.clone()));
+            Ok(())
+        }
+        fn finish(&mut self, len: u64) -> Result<SinkReport> {
+            Ok(SinkReport { size: len, bytes_written: 0, preallocated: false })
+        }
+        fn abort(&mut self) {}
+        fn external_target(&mut self, _len: u64) -> Result<(std::path::PathBuf, bool)> {
+            Err(Error::InvalidRequest("test".into()))
+        }
+        fn note_external_write(&mut self, _bytes: u64) {}
+    }
+
+    #[test]
+    fn resuming_from_any_offered_frontier_yields_the_whole_image() -> Result<()> {
+        for (some_data_first, compress) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (img, want) = striped_image(some_data_first, compress);
+            let size = Some(img.len() as u64);
+            let ra: Arc<dyn RandomAccess> = Arc::new(crate::source::MemoryAccess(img.clone()));
+            let h = Header::parse(&img, size).map_err(ferr)?;
+            let mut first = Snapshots { data: vec![0; want.len()], taken: Vec::new() };
+            let mut stream = &img[..];
+            convert(h.clone(), &mut stream, size, Refetch::Random(ra.clone()), &mut first, true)?;
+            assert!(first.data == want, "the first conversion itself");
+            // One offer per read of the stream (1 MiB, or one data run).
+            assert!(first.taken.len() >= 4, "frontiers offered: {}", first.taken.len());
+            let frontiers: Vec<u64> = first.taken.iter().map(|t| t.0).collect();
+            assert!(frontiers.windows(2).all(|w| w[0] <= w[1]), "frontiers only move on");
+            // Resume from every tenth frontier, the target holding what was written until it was offered, or
+            // everything the first run wrote (writes after the checkpoint are harmless).
+            for (frontier, written) in &first.taken {
+                for start in [written.clone(), want.clone()] {
+                    let mut again = Snapshots { data: start, taken: Vec::new() };
+                    let mut rest = &img[*frontier as usize..];
+                    let refetch = Refetch::Random(ra.clone());
+                    convert_from(h.clone(), &mut rest, size, refetch, &mut again, true, *frontier)?;
+                    assert!(again.data == want, "resumed from {frontier} ({some_data_first}, {compress})");
+                }
+            }
+        }
+        Ok(())
     }
 
     #[test]

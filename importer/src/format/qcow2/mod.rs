@@ -11,7 +11,7 @@ pub mod header;
 pub mod spill;
 pub mod tables;
 
-pub use convert::{Refetch, convert};
+pub use convert::{Refetch, convert, convert_from};
 pub use header::Header;
 
 /// What is wrong with a qcow2 image.
