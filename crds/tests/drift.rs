@@ -22,7 +22,8 @@ fn datavolume_crd_has_columns_short_names_status_and_cel() {
     assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["dv".to_owned(), "dvs".to_owned()][..]));
     let v = &crd.spec.versions[0];
     let cols: Vec<_> = v.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
-    assert_eq!(cols, ["Phase", "Progress", "Restarts", "Age"]);
+    // Upstream's four, then ours: the transfer detail (the Running condition's message).
+    assert_eq!(cols, ["Phase", "Progress", "Restarts", "Age", "Transfer"]);
     assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
     let yaml = crds::crd::render(&crd).unwrap_or_else(|e| panic!("{e}"));
     for needle in ["Cannot update DataVolume Spec", "Multiple Data volume sources", "Invalid checksum format: "] {
