@@ -149,7 +149,9 @@ async fn http_qcow2_raw_xz_and_iso_import_exactly_with_cdi_status() -> Result<()
     let out = cluster.kubectl(["get", "dv", "-n", ns.name()])?;
     let text = String::from_utf8_lossy(&out.stdout);
     let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "PHASE", "PROGRESS", "RESTARTS", "AGE"], "{text}");
+    // CDI's printer columns, then ours (the transfer detail: here how each import ended).
+    assert_eq!(header, ["NAME", "PHASE", "PROGRESS", "RESTARTS", "AGE", "TRANSFER"], "{text}");
+    assert!(text.lines().skip(1).all(|l| l.ends_with("Import Complete")), "{text}");
     assert!(text.lines().skip(1).all(|l| l.contains("Succeeded") && l.contains("100.0%")), "{text}");
     ns.delete().await
 }
