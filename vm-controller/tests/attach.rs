@@ -262,6 +262,8 @@ async fn attach_with(env: &VmiEnv, bin: &Path, pod: &str, tag: &str) -> Result<(
         .find(|c| c.type_ == Type::Paused)
         .and_then(|c| c.reason.clone());
     assert_eq!(reason.as_deref(), Some("PausedByUser"), "{which}");
+    // A tick the guest printed just before it was paused may still be on its way to the console log.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let before = ticks(&env.console(pod));
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(ticks(&env.console(pod)), before, "{which}: a paused guest kept ticking");
