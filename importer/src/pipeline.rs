@@ -522,13 +522,8 @@ fn execute(
                     random_access.ok_or_else(|| Error::InvalidRequest(String::from("no positional reads")))?
                 }
                 SeekInput::Spool => {
-                    let dir = req
-                        .scratch
-                        .clone()
-                        .ok_or_else(|| Error::ScratchRequired(String::from("no scratch directory")))?;
-                    progress.start_phase(Phase::Spool, size);
-                    progress.set_done(progress.snapshot().source_bytes);
-                    spooled = spool(&mut stream, &dir)?;
+                    let dir;
+                    (spooled, dir) = spool_to_scratch(req, &mut stream, size, progress)?;
                     let serr = |source| Error::Scratch { path: dir.clone(), source };
                     let file = spooled.as_file().try_clone().map_err(serr)?;
                     std::sync::Arc::new(FileAccess::new(file).map_err(serr)?)
@@ -546,13 +541,7 @@ fn execute(
                     local_path.ok_or_else(|| Error::InvalidRequest(String::from("no local path")))?
                 }
                 DelegateInput::Spool => {
-                    let dir = req
-                        .scratch
-                        .clone()
-                        .ok_or_else(|| Error::ScratchRequired(String::from("no scratch directory")))?;
-                    progress.start_phase(Phase::Spool, size);
-                    progress.set_done(progress.snapshot().source_bytes);
-                    spooled = spool(&mut stream, &dir)?;
+                    (spooled, _) = spool_to_scratch(req, &mut stream, size, progress)?;
                     spooled.path().to_path_buf()
                 }
             };
@@ -785,6 +774,20 @@ fn ova_disk_format(
             })
         }
     }
+}
+
+/// The spool phase of the formats read from a scratch copy: the rest of the stream (`size`: the source's length,
+/// when known) copied into a temporary file in the scratch directory. Returns the file and the directory.
+fn spool_to_scratch(
+    req: &ImportRequest,
+    stream: &mut dyn Read,
+    size: Option<u64>,
+    progress: &Progress,
+) -> Result<(tempfile::NamedTempFile, PathBuf)> {
+    let dir = req.scratch.clone().ok_or_else(|| Error::ScratchRequired(String::from("no scratch directory")))?;
+    progress.start_phase(Phase::Spool, size);
+    progress.set_done(progress.snapshot().source_bytes);
+    Ok((spool(stream, &dir)?, dir))
 }
 
 /// Copies the stream into a temporary file in `dir` (removed when dropped).
