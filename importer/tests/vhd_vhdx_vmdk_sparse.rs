@@ -9,11 +9,10 @@
 //! (Sparse vmdk stays with qemu-img for now: see the README's decision tree.)
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use importer::checksum::ExpectedChecksum;
@@ -24,41 +23,8 @@ use importer::source::{MemoryAccess, OpenedSource, SourceLocation, SourceOptions
 use importer::{ImportReport, ImportRequest, pipeline};
 use sha2::{Digest, Sha256};
 
-const MIB: u64 = 1 << 20;
-
-fn qemu_img(args: &[&str]) {
-    let out = Command::new("qemu-img")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("qemu-img is required for these tests (scripts/install-deps.sh): {e}"));
-    assert!(out.status.success(), "qemu-img {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-/// Deterministic pseudo-random bytes (incompressible).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// A raw image of `size` bytes with `(offset, bytes)` written into it (the rest are holes).
-fn raw_image(path: &Path, size: u64, pieces: &[(u64, Vec<u8>)]) {
-    let f = File::create(path).unwrap();
-    f.set_len(size).unwrap();
-    for (off, data) in pieces {
-        f.write_all_at(data, *off).unwrap();
-    }
-}
+mod common;
+use common::{MIB, noise, p, qemu_img, raw_image};
 
 /// A test image: name, size, data pieces `(offset, bytes)`.
 type Variant = (&'static str, u64, Vec<(u64, Vec<u8>)>);

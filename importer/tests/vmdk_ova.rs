@@ -6,11 +6,10 @@
 //! leave no target behind. A missing qemu-img fails the tests (scripts/install-deps.sh installs it).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use importer::checksum::ExpectedChecksum;
 use importer::plan::SizeRule;
@@ -19,42 +18,9 @@ use importer::source::{OpenedSource, SourceLocation, SourceOptions};
 use importer::{ImportReport, ImportRequest, pipeline};
 use sha2::{Digest, Sha256};
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::{MIB, noise, p, qemu_img, raw_image};
 const GRAIN: usize = 64 << 10;
-
-fn qemu_img(args: &[&str]) {
-    let out = Command::new("qemu-img")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("qemu-img is required for these tests (scripts/install-deps.sh): {e}"));
-    assert!(out.status.success(), "qemu-img {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-/// Deterministic pseudo-random bytes (incompressible).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// A raw image of `size` bytes with `(offset, bytes)` written into it (the rest are holes).
-fn raw_image(path: &Path, size: u64, pieces: &[(u64, Vec<u8>)]) {
-    let f = File::create(path).unwrap();
-    f.set_len(size).unwrap();
-    for (off, data) in pieces {
-        std::os::unix::fs::FileExt::write_all_at(&f, data, *off).unwrap();
-    }
-}
 
 /// A test image: name, size, data pieces `(offset, bytes)`.
 type Variant = (&'static str, u64, Vec<(u64, Vec<u8>)>);
