@@ -100,4 +100,9 @@ fi
   # CPU, memory and volume hotplug (issue 15): a VM's new sockets and memory reach the guest through a
   # workload-update migration; volumes attach and detach through attachment pods.
   cargo test -p vm-controller --test hotplug -- --ignored --test-threads=1 || vmi_failed
+  # virt-operator (issue 16): takes over the stack the suites above installed, reports upstream's phases and
+  # conditions, rolls a new release one component after the other while a VM answers HTTP and an import runs,
+  # then uninstalls. Last: it removes the stack.
+  step "virt-operator: install, rolling update, uninstall (issue 16)"
+  cargo test -p virt-operator --test cluster -- --ignored --test-threads=1 || vmi_failed
 )

@@ -542,7 +542,7 @@ fn every_generated_crd_is_structural_and_fits_a_client_side_apply() {
         assert!(size < MAX_APPLY_BYTES, "{file}: {size} bytes of JSON; `kubectl apply` could not annotate it");
         crds_seen += 1;
     }
-    assert_eq!(crds_seen, 13);
+    assert_eq!(crds_seen, 14);
     let rendered = crds::crd::render_all().unwrap_or_default();
     for file in [
         VMI_FILE,

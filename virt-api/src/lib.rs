@@ -42,7 +42,6 @@ pub mod lookup;
 pub mod metrics;
 pub mod migrate;
 pub mod node;
-pub mod pki;
 pub mod portforward;
 pub use crds::quantity;
 pub mod server;

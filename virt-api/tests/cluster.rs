@@ -24,7 +24,7 @@ use crds::kubevirt::vmi::VirtualMachineInstance;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_test_support::{Error, Result, TestCluster, TestNamespace, apply_yaml, poll_until, read_repo_file};
 use serde_json::{Value, json};
-use virt_api::pki::Pki;
+use virt_operator::pki::Pki;
 
 /// The `virt-api` process; killed when dropped.
 struct VirtApi(Child);

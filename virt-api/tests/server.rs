@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use virt_api::config::Config;
-use virt_api::pki::Pki;
 use virt_api::server::{self, Certificate};
+use virt_operator::pki::Pki;
 
 fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))

@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomR
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;
 
-use super::{CDIConfig, DataVolume, StorageProfile};
+use super::{CDI, CDIConfig, DataVolume, StorageProfile};
 use crate::crd::{
     Cel, Error, GeneratedFile, Msg, add_spec_validations, expr, fixed, leak, render, render_objects, to_rule,
 };
@@ -208,12 +208,16 @@ pub fn datavolume_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPol
     (policy, binding)
 }
 
+/// File name of the `CDI` CRD under `deploy/crds/` (part of the operator's manifest, not of what it installs).
+pub const CDI_FILE: &str = "cdi.yaml";
+
 /// Every CDI CRD, in apply order, with the file name `crdgen` writes it to.
 pub fn all() -> Result<Vec<(&'static str, CustomResourceDefinition)>, Error> {
     Ok(vec![
         ("datavolume.yaml", datavolume()?),
         ("cdiconfig.yaml", CDIConfig::crd()),
         ("storageprofile.yaml", StorageProfile::crd()),
+        (CDI_FILE, CDI::crd()),
     ])
 }
 

@@ -10,9 +10,11 @@ pub mod config;
 pub mod crd;
 pub mod datavolume;
 pub mod naming;
+pub mod operator;
 
 /// CDI's exact wire constants (kept in `contracts`, which the workers share without a Kubernetes client).
 pub use contracts::cdi::consts;
 
 pub use config::{CDIConfig, CDIConfigSpec, CDIConfigStatus, StorageProfile, StorageProfileSpec};
 pub use datavolume::{DataVolume, DataVolumeCondition, DataVolumePhase, DataVolumeSpec, DataVolumeStatus};
+pub use operator::{CDI, CDISpec, CDIStatus};

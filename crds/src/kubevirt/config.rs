@@ -7,7 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::wire::Extra;
+use super::wire::{Condition, Extra};
 
 /// Desired state of the installation.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -35,6 +35,20 @@ pub struct KubeVirtSpec {
     /// How running VMIs are brought up to date (after a CPU or memory hotplug, a new launcher image).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workload_update_strategy: Option<WorkloadUpdateStrategy>,
+    /// Registry of the components' images (default: the operator's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_registry: Option<String>,
+    /// Tag of the components' images (default: the operator's own version). Changing it updates every component,
+    /// one after the other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_tag: Option<String>,
+    /// Pull policy of the components' images (default `IfNotPresent`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<String>,
+    /// What deleting this object does while workloads exist: `BlockUninstallIfWorkloadsExist` (the default: the
+    /// uninstall waits until no VMI remains) or `RemoveWorkloads`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uninstall_strategy: Option<String>,
     /// Fields this version does not model, kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]
@@ -187,9 +201,36 @@ pub const DEFAULT_CPU_ALLOCATION_RATIO: u32 = 10;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct KubeVirtStatus {
-    /// `Deploying`, `Deployed`, `Deleting`, …
+    /// `Deploying`, `Deployed`, `Deleting`, `Deleted`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// `Available`, `Progressing`, `Degraded` (and `Created`), as upstream's operator reports them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition<String>>>,
+    /// The version (image tag) being deployed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_kube_virt_version: Option<String>,
+    /// The registry being deployed from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_kube_virt_registry: Option<String>,
+    /// The version every component runs (set once the target is fully rolled out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_kube_virt_version: Option<String>,
+    /// The registry every component runs from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_kube_virt_registry: Option<String>,
+    /// Identifies the deployed configuration (version, registry, rendered settings).
+    #[serde(rename = "targetDeploymentID", skip_serializing_if = "Option::is_none")]
+    pub target_deployment_id: Option<String>,
+    /// The deployment identifier every component runs.
+    #[serde(rename = "observedDeploymentID", skip_serializing_if = "Option::is_none")]
+    pub observed_deployment_id: Option<String>,
+    /// The operator's own version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_version: Option<String>,
+    /// The object generation this status describes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// Fields this version does not model, kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]

@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod operator;
 pub mod vmi;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,7 @@ use kube_test_support::{
     Error, Result, TestCluster, apply_yaml, content_tag, poll_until, push_image_from_binaries, read_repo_file,
     registry, repo_root, wait_rollout, workspace_binary,
 };
-use virt_api::pki::{self, Pki};
+use virt_operator::pki::{self, Pki};
 
 /// Namespace of the KubeVirt components.
 pub const NAMESPACE: &str = "kubevirt";
@@ -207,11 +208,29 @@ pub async fn deploy_kubevirt(cluster: &TestCluster, options: &StackOptions) -> R
     Ok(images)
 }
 
-/// Installs both halves ([`deploy_cdi`], [`deploy_kubevirt`]).
+/// Installs both halves ([`deploy_cdi`], [`deploy_kubevirt`]) directly from `deploy/`. A virt-operator left by an
+/// earlier run (`tests/cluster/install-stack`, the operator's test) is removed first: it would roll the components
+/// back to its own release.
 pub async fn deploy_stack(cluster: &TestCluster, options: &StackOptions) -> Result<StackImages> {
+    let deploys: Api<Deployment> = Api::namespaced(cluster.client().await?, NAMESPACE);
+    if delete_deployment(&deploys, "virt-operator").await? {
+        poll_until("virt-operator to be gone", Duration::from_secs(60), || async {
+            deploys.get_opt("virt-operator").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+    }
     let cdi = deploy_cdi(cluster).await?;
     let kubevirt = deploy_kubevirt(cluster, options).await?;
     Ok(StackImages { cdi, kubevirt })
+}
+
+/// Deletes Deployment `name` if present; `true` when there was one.
+async fn delete_deployment(api: &Api<Deployment>, name: &str) -> Result<bool> {
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Builds the test guest when missing (`tests/guest/build.sh`) and returns its directory (`disk.qcow2`,

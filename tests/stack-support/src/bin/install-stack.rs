@@ -1,13 +1,16 @@
-//! `install-stack`: builds the images from the workspace's (already built) binaries and installs every component
-//! of the stack onto the cluster `KUBECONFIG` points at, from `deploy/`, idempotently, and waits until they are
-//! ready. Run through `tests/cluster/install-stack`, which builds the binaries first.
+//! `install-stack`: builds the images from the workspace's (already built) binaries, publishes them under one tag
+//! (a release), applies virt-operator's manifest and the `KubeVirt` and `CDI` objects onto the cluster
+//! `KUBECONFIG` points at, and waits until the operator reports both `Deployed`. Idempotent; run again after a
+//! rebuild, it rolls the stack to the new release. Run through `tests/cluster/install-stack`, which builds the
+//! binaries first.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 use kube_test_support::TestCluster;
-use stack_support::{StackOptions, deploy_stack};
+use stack_support::StackOptions;
+use stack_support::operator::{install_with_operator, release_tag};
 
 #[derive(Parser, Debug)]
 #[command(name = "install-stack", about = "Installs the CDI and KubeVirt components of this workspace on a cluster")]
@@ -30,13 +33,13 @@ async fn main() -> ExitCode {
     let cluster = TestCluster::from_kubeconfig(args.kubeconfig);
     let options =
         StackOptions { use_emulation: args.use_emulation, default_network_interface: args.default_network_interface };
-    match deploy_stack(&cluster, &options).await {
-        Ok(images) => {
-            let k = &images.kubevirt;
-            println!(
-                "stack installed: DataVolume controller {}, importer {}; VMI controller {}, node agent {}, virt-api {}, launcher {}",
-                images.cdi.controller, images.cdi.importer, k.controller, k.node_agent, k.virt_api, k.launcher
-            );
+    let installed = match release_tag() {
+        Ok(tag) => install_with_operator(&cluster, &options, &tag).await.map(|image| (tag, image)),
+        Err(e) => Err(e),
+    };
+    match installed {
+        Ok((tag, image)) => {
+            println!("stack installed by {image}: KubeVirt and CDI Deployed at {tag}");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -1,8 +1,8 @@
-//! The webhooks' certificates, for whoever installs virt-api (`tests/cluster/install-stack`, the cluster tests):
-//! a CA (its PEM is the webhook configurations' `caBundle`) and a serving certificate it signs (the Secret the
-//! Deployment mounts), plus filling the `caBundle` placeholder of `deploy/virt-api.yaml`.
-//!
-//! Upstream's operator keeps rotating certificates in Secrets; here the installer generates them once.
+//! Certificates of the stack: a CA (kept in a Secret with its key, so that leaves are re-issued by the same CA) and
+//! the leaves it signs — virt-api's serving certificate (its PEM CA is the webhook configurations' `caBundle`), the
+//! node agents' serving certificate and virt-api's client certificate for the node API. Every certificate has a
+//! validity ([`Validity`]); [`not_after`] reads it back so that the operator renews before expiry
+//! (`certs.rs`). Tests that deploy virt-api by hand use [`Pki::generate`].
 
 use std::collections::BTreeMap;
 
@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
+use std::time::{Duration, SystemTime};
 
 /// The placeholder of `caBundle` in `deploy/virt-api.yaml` ([`with_ca_bundle`] replaces it).
 pub const CA_BUNDLE_PLACEHOLDER: &str = "${VIRT_API_CA_BUNDLE}";
@@ -30,6 +31,31 @@ pub struct Error {
     /// rcgen's error.
     #[source]
     pub source: rcgen::Error,
+}
+
+/// How long a new certificate is valid (from one minute before now, against clock skew).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity(pub Duration);
+
+impl Validity {
+    /// Upstream's default CA lifetime (`certificateRotateStrategy.selfSigned.ca.duration`: 7 days).
+    pub const CA: Validity = Validity(Duration::from_secs(7 * 24 * 3600));
+    /// Upstream's default leaf lifetime (`selfSigned.server.duration`: 24 hours).
+    pub const LEAF: Validity = Validity(Duration::from_secs(24 * 3600));
+
+    fn apply(self, params: &mut CertificateParams) {
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(1);
+        params.not_after = now + time::Duration::seconds(i64::try_from(self.0.as_secs()).unwrap_or(i64::MAX / 2));
+    }
+}
+
+/// The end of the validity of the first certificate in `pem`, if it parses.
+pub fn not_after(pem: &str) -> Option<SystemTime> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let cert = block.parse_x509().ok()?;
+    let secs = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 /// A CA and a serving certificate it signed, as PEM.
@@ -49,37 +75,70 @@ pub fn service_names(namespace: &str) -> Vec<String> {
     vec![s.to_owned(), format!("{s}.{namespace}"), format!("{s}.{namespace}.svc")]
 }
 
-/// A CA that signs leaf certificates.
-struct Ca {
-    pem: String,
+/// A CA that signs leaf certificates: its certificate and key as PEM (what its Secret keeps) and the issuer made
+/// of them.
+pub struct Ca {
+    /// The CA certificate.
+    pub pem: String,
+    /// The CA's private key.
+    pub key_pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").field("pem", &self.pem).finish_non_exhaustive()
+    }
+}
+
+/// Whether a leaf is a serving or a client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// TLS server authentication.
+    Server,
+    /// TLS client authentication.
+    Client,
+}
+
 impl Ca {
-    fn generate(common_name: &str) -> Result<Ca, Error> {
+    /// A fresh self-signed CA named `common_name`.
+    pub fn generate(common_name: &str, validity: Validity) -> Result<Ca, Error> {
         let ca_err = |source| Error { what: "CA", source };
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(ca_err)?;
         ca.distinguished_name.push(DnType::CommonName, common_name);
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        validity.apply(&mut ca);
         let ca_key = KeyPair::generate().map_err(ca_err)?;
         let ca_cert = ca.self_signed(&ca_key).map_err(ca_err)?;
-        Ok(Ca { pem: ca_cert.pem(), issuer: Issuer::new(ca, ca_key) })
+        Ok(Ca { pem: ca_cert.pem(), key_pem: ca_key.serialize_pem(), issuer: Issuer::new(ca, ca_key) })
     }
 
-    /// A leaf for `names` (DNS names or IP addresses) named `common_name`, for `usage` (server or client auth).
-    fn issue(
+    /// The CA kept as `pem` and `key_pem` (from its Secret), if both parse and belong together.
+    pub fn from_pem(pem: &str, key_pem: &str) -> Option<Ca> {
+        let key = KeyPair::from_pem(key_pem).ok()?;
+        let issuer = Issuer::from_ca_cert_pem(pem, key).ok()?;
+        Some(Ca { pem: pem.to_owned(), key_pem: key_pem.to_owned(), issuer })
+    }
+
+    /// A leaf for `names` (DNS names or IP addresses) named `common_name`, for `usage`, valid for `validity`.
+    pub fn issue(
         &self,
         what: &'static str,
         common_name: &str,
         names: &[String],
-        usage: ExtendedKeyUsagePurpose,
+        usage: Usage,
+        validity: Validity,
     ) -> Result<Pki, Error> {
         let leaf_err = |source| Error { what, source };
         let mut leaf = CertificateParams::new(names.to_vec()).map_err(leaf_err)?;
         leaf.distinguished_name.push(DnType::CommonName, common_name);
-        leaf.extended_key_usages = vec![usage];
+        leaf.extended_key_usages = vec![match usage {
+            Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
+            Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
+        }];
         leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        validity.apply(&mut leaf);
         let key = KeyPair::generate().map_err(leaf_err)?;
         let cert = leaf.signed_by(&key, &self.issuer).map_err(leaf_err)?;
         Ok(Pki { ca_pem: self.pem.clone(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
@@ -90,18 +149,18 @@ impl Pki {
     /// A fresh CA and a serving certificate for `names` (DNS names or IP addresses).
     pub fn generate(names: &[String]) -> Result<Pki, Error> {
         let cn = names.first().map(String::as_str).unwrap_or("virt-api");
-        Ca::generate("virt-api-ca")?.issue("serving", cn, names, ExtendedKeyUsagePurpose::ServerAuth)
+        Ca::generate("virt-api-ca", Validity::CA)?.issue("serving", cn, names, Usage::Server, Validity::LEAF)
     }
 
     /// The node agent's stream API ([`node_api`]): a fresh CA, the node agent's serving certificate (for
     /// [`node_api::SERVER_NAME`]) and virt-api's client certificate ([`node_api::CLIENT_COMMON_NAME`]), both
     /// signed by it.
     pub fn generate_node_api() -> Result<(Pki, Pki), Error> {
-        let ca = Ca::generate("kubevirt-handler-ca")?;
+        let ca = Ca::generate("kubevirt-handler-ca", Validity::CA)?;
         let name = node_api::SERVER_NAME;
-        let server = ca.issue("node agent serving", name, &[name.to_owned()], ExtendedKeyUsagePurpose::ServerAuth)?;
+        let server = ca.issue("node agent serving", name, &[name.to_owned()], Usage::Server, Validity::LEAF)?;
         let cn = node_api::CLIENT_COMMON_NAME;
-        let client = ca.issue("virt-api client", cn, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
+        let client = ca.issue("virt-api client", cn, &[], Usage::Client, Validity::LEAF)?;
         Ok((server, client))
     }
 
@@ -152,6 +211,7 @@ pub fn with_ca_bundle(yaml: &str, pki: &Pki) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::client::danger::ServerCertVerifier as _;
 
     #[test]
     fn the_serving_certificate_chains_to_the_ca() {
@@ -170,6 +230,39 @@ mod tests {
         let s = pki.secret("kubevirt");
         assert_eq!(s.data.as_ref().map(|d| d.len()), Some(3));
         assert_eq!(Pki::from_secret(&s).map(|p| p.ca_bundle()), Some(pki.ca_bundle()));
+        let left = not_after(&pki.cert_pem)
+            .and_then(|t| t.duration_since(SystemTime::now()).ok())
+            .unwrap_or_else(|| panic!("no validity in the leaf"));
+        assert!(left > Duration::from_secs(23 * 3600) && left <= Validity::LEAF.0, "{left:?}");
+    }
+
+    #[test]
+    fn a_ca_read_back_from_its_secret_issues_leaves_that_chain_to_it() {
+        let ca = Ca::generate("kubevirt-ca", Validity(Duration::from_secs(3600))).unwrap_or_else(|e| panic!("{e}"));
+        let again = Ca::from_pem(&ca.pem, &ca.key_pem).unwrap_or_else(|| panic!("CA does not read back"));
+        let leaf = again
+            .issue("serving", "virt-api", &["virt-api".into()], Usage::Server, Validity(Duration::from_secs(60)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(leaf.ca_pem, ca.pem);
+        let roots = controller_runtime::tls::roots(
+            &controller_runtime::tls::certs_from_pem(ca.pem.as_bytes(), "ca").unwrap_or_else(|e| panic!("{e}")),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let chain =
+            controller_runtime::tls::certs_from_pem(leaf.cert_pem.as_bytes(), "cert").unwrap_or_else(|e| panic!("{e}"));
+        let verifier = rustls::client::WebPkiServerVerifier::builder(std::sync::Arc::new(roots))
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let name = rustls::pki_types::ServerName::try_from("virt-api").unwrap_or_else(|e| panic!("{e}"));
+        let now = rustls::pki_types::UnixTime::now();
+        let verified = verifier.verify_server_cert(&chain[0], &[], &name, &[], now);
+        assert!(verified.is_ok(), "{verified:?}");
+        let other = rustls::pki_types::ServerName::try_from("elsewhere").unwrap_or_else(|e| panic!("{e}"));
+        assert!(verifier.verify_server_cert(&chain[0], &[], &other, &[], now).is_err());
+        let ca_left = not_after(&ca.pem).and_then(|t| t.duration_since(SystemTime::now()).ok()).unwrap_or_default();
+        assert!(ca_left > Duration::from_secs(3500) && ca_left <= Duration::from_secs(3600), "{ca_left:?}");
+        assert!(Ca::from_pem("not pem", &ca.key_pem).is_none());
+        assert_eq!(not_after("not pem"), None);
     }
 
     #[test]
