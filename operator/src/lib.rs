@@ -12,7 +12,8 @@
 //! DaemonSets with `maxUnavailable: 1`, Deployments with their rolling update, so that running VMs and imports go
 //! on throughout. Status: upstream's phases, conditions, reasons and messages ([`plan`]).
 //!
-//! The binary runs two replicas; the holder of the `virt-operator` Lease reconciles.
+//! The binary runs two replicas; the holder of the `virt-operator` Lease reconciles, every replica serves
+//! upstream's uninstall guards ([`webhook`]).
 
 #![deny(missing_docs)]
 
@@ -25,6 +26,7 @@ mod object;
 pub mod pki;
 pub mod plan;
 pub mod release;
+pub mod webhook;
 
 use std::sync::Arc;
 

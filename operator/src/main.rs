@@ -32,6 +32,9 @@ struct Args {
     /// Namespace of the KubeVirt installation and the Lease; default: this pod's namespace, else `kubevirt`.
     #[arg(long, env = "KUBEVIRT_NAMESPACE")]
     namespace: Option<String>,
+    /// Address of the uninstall guards (the `kubevirt-operator-webhook` Service's target).
+    #[arg(long, env = "WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
+    webhook_addr: SocketAddr,
     /// Lease duration in seconds (upstream: 15).
     #[arg(long, default_value_t = 15)]
     lease_seconds: u64,
@@ -55,6 +58,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let defaults = Release { registry, tag, pull_policy: DEFAULT_PULL_POLICY.into() };
     let health::Process { client, ready, .. } = health::start("kubevirt_rs_virt_operator", args.metrics_addr).await?;
+    virt_operator::webhook::start(client.clone(), &namespace, args.webhook_addr).await?;
     let lease = LeaseSettings {
         name: "virt-operator".into(),
         namespace: namespace.clone(),

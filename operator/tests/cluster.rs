@@ -219,6 +219,29 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
         .await?;
     assert!(cdi_rolled_while_importing, "the CDI controller was not updated while the import ran");
 
+    // Upstream's uninstall guards: with BlockUninstallIfWorkloadsExist, deleting is refused while workloads exist.
+    let block = serde_json::json!({"spec": {"uninstallStrategy": "BlockUninstallIfWorkloadsExist"}});
+    kvs.patch("kubevirt", &PatchParams::default(), &Patch::Merge(&block)).await?;
+    cdis.patch("cdi", &PatchParams::default(), &Patch::Merge(&block)).await?;
+    let out = cluster.kubectl(["delete", "kubevirt", "kubevirt", "-n", NAMESPACE, "--wait=false"])?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success()
+            && text.contains("Rejecting the uninstall request, since there are still Virtual Machine Instances present. Either delete all KubeVirt related workloads or change the uninstall strategy before uninstalling KubeVirt."),
+        "{text}"
+    );
+    let out = cluster.kubectl(["delete", "cdi", "cdi", "--wait=false"])?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success()
+            && text.contains("rejecting the uninstall request, since there are still 1 DataVolumes present"),
+        "{text}"
+    );
+    assert!(kvs.get("kubevirt").await?.metadata.deletion_timestamp.is_none());
+    let remove = serde_json::json!({"spec": {"uninstallStrategy": "RemoveWorkloads"}});
+    kvs.patch("kubevirt", &PatchParams::default(), &Patch::Merge(&remove)).await?;
+    cdis.patch("cdi", &PatchParams::default(), &Patch::Merge(&remove)).await?;
+
     // Uninstall: deleting the objects removes what they installed (the VM goes with its CRD).
     kvs.delete("kubevirt", &DeleteParams::default()).await?;
     poll_until("the KubeVirt object to be gone", Duration::from_secs(300), || async {

@@ -213,6 +213,14 @@ pub async fn deploy_kubevirt(cluster: &TestCluster, options: &StackOptions) -> R
 /// back to its own release.
 pub async fn deploy_stack(cluster: &TestCluster, options: &StackOptions) -> Result<StackImages> {
     let deploys: Api<Deployment> = Api::namespaced(cluster.client().await?, NAMESPACE);
+    // Its uninstall guard would refuse deleting the `KubeVirt` object without it (failure policy Fail).
+    let hooks: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(cluster.client().await?);
+    match hooks.delete(virt_operator::webhook::CONFIG, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
     if delete_deployment(&deploys, "virt-operator").await? {
         poll_until("virt-operator to be gone", Duration::from_secs(60), || async {
             deploys.get_opt("virt-operator").await.ok()?.is_none().then_some(())
