@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::kubevirt::{remove, roll};
+use crate::install::{remove, roll};
 use crate::plan::{self, cdi_phase};
 use crate::release::Release;
 use crate::{Context, Error, object};

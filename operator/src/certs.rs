@@ -23,7 +23,7 @@ use kube::api::{Patch, PatchParams};
 use sha2::{Digest, Sha256};
 
 use crate::manifests::{KUBEVIRT_MANAGER, MANAGED_BY};
-use crate::pki::{self, Ca, Pki, Usage, Validity};
+use crate::pki::{self, Ca, Pki, Usage, Validity, secret_text as text};
 
 /// The CA's Secret (`tls.crt`, `tls.key`; `ca-previous.crt` after a renewal) and the bundle's ConfigMap
 /// (`ca-bundle`), upstream's names.
@@ -220,10 +220,6 @@ pub enum Error {
     /// `certificateRotateStrategy` is invalid.
     #[error("{0}")]
     Config(String),
-}
-
-fn text(s: &Secret, key: &str) -> Option<String> {
-    s.data.as_ref()?.get(key).and_then(|b| String::from_utf8(b.0.clone()).ok())
 }
 
 fn digest(s: &str) -> String {

@@ -21,7 +21,7 @@ use crate::certs::{self, Rotation};
 use crate::manifests::{self, KubevirtSettings};
 use crate::plan::{self, KubevirtPass, Progress};
 use crate::release::Release;
-use crate::{Context, Error, object};
+use crate::{Context, Error, install, object};
 
 /// Upstream's finalizer of the `KubeVirt` object.
 pub const FINALIZER: &str = "kubevirt.io/foregroundDeleteKubeVirt";
@@ -74,55 +74,6 @@ async fn set_finalizer(api: &Api<KubeVirt>, kv: &KubeVirt, present: bool) -> Res
     object::set_finalizer(api, kv, FINALIZER, present, &[LEGACY_FINALIZER]).await
 }
 
-/// Observes every workload of `stages`, and applies the stages [`plan::progress`] allows.
-pub(crate) async fn roll(ctx: &Context, stages: &[manifests::Stage]) -> Result<(Progress, bool), crate::apply::Error> {
-    let mut observed = Vec::new();
-    for stage in stages {
-        let mut rollouts = Vec::new();
-        for w in stage.objects.iter().filter(|o| manifests::is_workload(o)) {
-            let live = ctx.applier.get(w).await?;
-            rollouts.push(plan::rollout(w, live.as_ref()));
-        }
-        observed.push((stage.name, rollouts));
-    }
-    let progress = plan::progress(&observed);
-    for stage in &stages[..=progress.apply_through.min(stages.len().saturating_sub(1))] {
-        for obj in &stage.objects {
-            ctx.applier.apply(obj).await?;
-        }
-    }
-    if let Some((stage, why)) = &progress.waiting {
-        tracing::info!(stage, why, "rolling out");
-    }
-    Ok((progress.clone(), progress.apply_through + 1 == stages.len()))
-}
-
-/// Deletes what `stages` installed: CRDs first (their objects are finalized by the still running controllers),
-/// then the rest in reverse order. `Ok(true)` once everything is gone.
-pub(crate) async fn remove(
-    ctx: &Context,
-    stages: &[manifests::Stage],
-    extra: &[Value],
-) -> Result<bool, crate::apply::Error> {
-    let all: Vec<&Value> = stages.iter().flat_map(|s| &s.objects).chain(extra).collect();
-    let (crds, rest): (Vec<&Value>, Vec<&Value>) =
-        all.into_iter().partition(|o| o["kind"] == "CustomResourceDefinition");
-    let mut gone = true;
-    for o in &crds {
-        gone &= ctx.applier.delete(o).await?;
-    }
-    if !gone {
-        return Ok(false);
-    }
-    for o in rest.iter().rev() {
-        if o["kind"] == "Namespace" && o["metadata"]["name"] == ctx.namespace.as_str() {
-            continue; // the operator's own namespace
-        }
-        gone &= ctx.applier.delete(o).await?;
-    }
-    Ok(gone)
-}
-
 fn certificate_objects(ns: &str) -> Vec<Value> {
     let secret =
         |name: &str| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}});
@@ -149,7 +100,7 @@ pub async fn reconcile(kv: Arc<KubeVirt>, ctx: Arc<Context>) -> Result<Action, E
             patch_status(&api, &kv, plan::kubevirt_deleting(&old, false, None, &now())).await?;
         }
         let stages = manifests::kubevirt(&settings(&kv, &ctx, String::new(), String::new()))?;
-        return match remove(&ctx, &stages, &certificate_objects(&ctx.namespace)).await {
+        return match install::remove(&ctx, &stages, &certificate_objects(&ctx.namespace)).await {
             Ok(true) => {
                 let done = plan::kubevirt_deleting(&old, true, None, &now());
                 patch_status(&api, &kv, done).await?;
@@ -181,7 +132,7 @@ pub async fn reconcile(kv: Arc<KubeVirt>, ctx: Arc<Context>) -> Result<Action, E
             .map_err(|e| e.to_string())?;
         let s = KubevirtSettings { ca_bundle: c.ca_bundle, certificates_hash: c.hash, ..base.clone() };
         let stages = manifests::kubevirt(&s).map_err(|e| e.to_string())?;
-        let (p, all_applied) = roll(&ctx, &stages).await.map_err(|e| e.to_string())?;
+        let (p, all_applied) = install::roll(&ctx, &stages).await.map_err(|e| e.to_string())?;
         Ok((p, all_applied, c.next_due))
     }
     .await;

@@ -20,6 +20,7 @@
 pub mod apply;
 pub mod cdi;
 pub mod certs;
+mod install;
 pub mod kubevirt;
 pub mod manifests;
 mod object;

@@ -168,8 +168,7 @@ impl Pki {
     /// reuses it, so that running replicas (which load their certificate at start) and the `caBundle` keep
     /// matching across re-installs.
     pub fn from_secret(secret: &Secret) -> Option<Pki> {
-        let data = secret.data.as_ref()?;
-        let text = |k: &str| data.get(k).and_then(|b| String::from_utf8(b.0.clone()).ok());
+        let text = |k: &str| secret_text(secret, k);
         Some(Pki { ca_pem: text("ca.crt")?, cert_pem: text("tls.crt")?, key_pem: text("tls.key")? })
     }
 
@@ -201,6 +200,11 @@ impl Pki {
             ..Default::default()
         }
     }
+}
+
+/// The text under `key` of a Secret's data, if present and UTF-8 (a PEM).
+pub fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+    secret.data.as_ref()?.get(key).and_then(|b| String::from_utf8(b.0.clone()).ok())
 }
 
 /// `yaml` (e.g. `deploy/virt-api.yaml`) with every [`CA_BUNDLE_PLACEHOLDER`] replaced by `pki`'s CA bundle.

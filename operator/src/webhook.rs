@@ -12,8 +12,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use crds::cdi::CDI;
+use crds::cdi::{CDI, DataVolume};
 use crds::kubevirt::config::KubeVirt;
+use crds::kubevirt::{VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceReplicaSet};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
 use k8s_openapi::ByteString;
@@ -21,10 +22,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
-use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-use crate::pki::{self, Ca, Usage, Validity};
+use crate::pki::{self, Ca, Usage, Validity, secret_text as text};
 
 /// Path of the `KubeVirt` delete guard (upstream's).
 pub const KUBEVIRT_PATH: &str = "/kubevirt-validate-delete";
@@ -70,14 +70,13 @@ pub fn cdi_guarded(cdi: &CDI) -> bool {
     cdi.spec.uninstall_strategy.as_deref() == Some(BLOCK) && !phase.is_empty() && phase != crate::plan::cdi_phase::ERROR
 }
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: format!("{group}/{version}"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
+/// Whether any object of kind `K` exists in the cluster.
+async fn any<K>(client: &kube::Client) -> Result<bool, String>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = Api::<K>::all(client.clone()).list_metadata(&ListParams::default().limit(1)).await;
+    Ok(!list.map_err(|e| e.to_string())?.items.is_empty())
 }
 
 /// Why deleting `obj` (the object of a DELETE review) is refused, if it is.
@@ -88,21 +87,15 @@ async fn refusal(client: &kube::Client, path: &str, obj: &Value) -> Result<Optio
             if !kubevirt_guarded(&kv) {
                 return Ok(None);
             }
-            for (kind, plural, what) in [
-                ("VirtualMachineInstance", "virtualmachineinstances", "Virtual Machine Instances"),
-                ("VirtualMachine", "virtualmachines", "Virtual Machines"),
-                (
-                    "VirtualMachineInstanceReplicaSet",
-                    "virtualmachineinstancereplicasets",
-                    "Virtual Machine Instance Replica Sets",
-                ),
-            ] {
-                let api: Api<DynamicObject> =
-                    Api::all_with(client.clone(), &resource("kubevirt.io", "v1", kind, plural));
-                let list = api.list_metadata(&ListParams::default().limit(2)).await.map_err(|e| e.to_string())?;
-                if !list.items.is_empty() {
-                    return Ok(Some(kubevirt_refusal(what)));
-                }
+            // Upstream's order: the first kind found is named.
+            if any::<VirtualMachineInstance>(client).await? {
+                return Ok(Some(kubevirt_refusal("Virtual Machine Instances")));
+            }
+            if any::<VirtualMachine>(client).await? {
+                return Ok(Some(kubevirt_refusal("Virtual Machines")));
+            }
+            if any::<VirtualMachineInstanceReplicaSet>(client).await? {
+                return Ok(Some(kubevirt_refusal("Virtual Machine Instance Replica Sets")));
             }
             Ok(None)
         }
@@ -111,8 +104,7 @@ async fn refusal(client: &kube::Client, path: &str, obj: &Value) -> Result<Optio
             if !cdi_guarded(&cdi) {
                 return Ok(None);
             }
-            let api: Api<DynamicObject> =
-                Api::all_with(client.clone(), &resource("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes"));
+            let api: Api<DataVolume> = Api::all(client.clone());
             let list = api.list_metadata(&ListParams::default()).await.map_err(|e| e.to_string())?;
             let n = list
                 .items
@@ -152,10 +144,6 @@ pub async fn review(client: &kube::Client, path: &str, body: &[u8]) -> Value {
         },
     };
     serde_json::to_value(response.into_review()).unwrap_or_default()
-}
-
-fn text(s: &Secret, key: &str) -> Option<String> {
-    s.data.as_ref()?.get(key).and_then(|b| String::from_utf8(b.0.clone()).ok())
 }
 
 /// The operator's serving certificate: the kept one while it has more than [`RENEW_BEFORE`] left, else a new CA

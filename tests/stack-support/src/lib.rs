@@ -20,6 +20,7 @@ use std::time::Duration;
 use cdi_test_support::{CdiImages, deploy_cdi};
 use contracts::kubevirt::consts::label;
 use contracts::kubevirt::node_api;
+use controller_runtime::api::delete_if_present;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, Patch, PatchParams};
@@ -216,12 +217,8 @@ pub async fn deploy_stack(cluster: &TestCluster, options: &StackOptions) -> Resu
     // Its uninstall guard would refuse deleting the `KubeVirt` object without it (failure policy Fail).
     let hooks: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(cluster.client().await?);
-    match hooks.delete(virt_operator::webhook::CONFIG, &Default::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
-    if delete_deployment(&deploys, "virt-operator").await? {
+    delete_if_present(&hooks, virt_operator::webhook::CONFIG).await?;
+    if delete_if_present(&deploys, "virt-operator").await? {
         poll_until("virt-operator to be gone", Duration::from_secs(60), || async {
             deploys.get_opt("virt-operator").await.ok()?.is_none().then_some(())
         })
@@ -230,15 +227,6 @@ pub async fn deploy_stack(cluster: &TestCluster, options: &StackOptions) -> Resu
     let cdi = deploy_cdi(cluster).await?;
     let kubevirt = deploy_kubevirt(cluster, options).await?;
     Ok(StackImages { cdi, kubevirt })
-}
-
-/// Deletes Deployment `name` if present; `true` when there was one.
-async fn delete_deployment(api: &Api<Deployment>, name: &str) -> Result<bool> {
-    match api.delete(name, &Default::default()).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Builds the test guest when missing (`tests/guest/build.sh`) and returns its directory (`disk.qcow2`,
