@@ -35,16 +35,25 @@ pub fn rollout(desired: &Value, live: Option<&Value>) -> Rollout {
     if live["metadata"]["generation"] != st["observedGeneration"] {
         return Rollout::Waiting(format!("{kind} {name}: the update is not observed yet"));
     }
-    let (want, updated, available) = match kind {
-        "DaemonSet" => (n(&st["desiredNumberScheduled"]), n(&st["updatedNumberScheduled"]), n(&st["numberAvailable"])),
+    // As `kubectl rollout status`: every replica updated, no old replica left (a surge pod of the old form still
+    // counts as available, so "available >= want" alone would let the next stage start beside it), all available.
+    let (want, updated, total, available) = match kind {
+        "DaemonSet" => {
+            // One pod per node, replaced in place (no surge): updated and available cover it.
+            let desired = n(&st["desiredNumberScheduled"]);
+            (desired, n(&st["updatedNumberScheduled"]), desired, n(&st["numberAvailable"]))
+        }
         _ => (
             live["spec"]["replicas"].as_i64().unwrap_or(1),
             n(&st["updatedReplicas"]),
+            n(&st["replicas"]),
             n(&st["availableReplicas"]).min(n(&st["replicas"]) - n(&st["unavailableReplicas"])),
         ),
     };
-    if updated >= want && available >= want && (kind != "DaemonSet" || want > 0) {
+    if updated >= want && total <= updated && available >= want && (kind != "DaemonSet" || want > 0) {
         Rollout::Ready
+    } else if total > updated && updated >= want {
+        Rollout::Waiting(format!("{kind} {name}: {} old replicas are pending termination", total - updated))
     } else {
         Rollout::Waiting(format!("{kind} {name}: {updated} of {want} updated, {available} available"))
     }
@@ -306,6 +315,12 @@ mod tests {
         );
         assert!(matches!(rollout(&want, Some(&deployment("h2", 4, 4, 2, 2, 1))), Rollout::Waiting(_)));
         assert_eq!(rollout(&want, Some(&deployment("h2", 4, 4, 2, 2, 2))), Rollout::Ready);
+        // A surge: both new replicas are up, an old one is still there (and available).
+        let mut surge = deployment("h2", 4, 4, 2, 2, 3);
+        surge["status"]["replicas"] = json!(3);
+        assert!(
+            matches!(rollout(&want, Some(&surge)), Rollout::Waiting(w) if w.contains("1 old replicas are pending"))
+        );
         let ds = |desired: i64, updated: i64, available: i64| {
             json!({"kind": "DaemonSet", "metadata": {"name": "virt-handler", "generation": 2,
                    "annotations": {INSTALL_HASH: "h"}},

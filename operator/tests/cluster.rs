@@ -167,9 +167,11 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
         if let Err(e) = http_get(&ip).await {
             failures.push(format!("{:?}: {e}", start.elapsed()));
         }
-        let handler = daemonsets.get("virt-handler").await?;
-        let controller = deploys.get("virt-controller").await?;
+        // Read last-to-move first: a component seen updated is then compared with its predecessor's later state,
+        // which can only be further along, so a reported violation is a real one.
         let api = deploys.get("virt-api").await?;
+        let controller = deploys.get("virt-controller").await?;
+        let handler = daemonsets.get("virt-handler").await?;
         let now_at = [
             ("virt-handler", image_of_daemonset(&handler).ends_with(&t2), daemonset_rolled_out(&handler)),
             ("virt-controller", image_of_deployment(&controller).ends_with(&t2), deployment_rolled_out(&controller)),
