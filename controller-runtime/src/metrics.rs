@@ -52,21 +52,113 @@ impl Registry {
     }
 }
 
+/// What a scrape awaits before rendering (e.g. reading counters over RPC into what a collector renders).
+pub type Refresh = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// A registry filled after the `/metrics` endpoint started (once the process has the caches its collectors
-/// read); rendered after the process's own metrics. Clones share the slot.
+/// read); rendered after the process's own metrics, after its [`Refresh`] (if any) completed. Clones share the
+/// slot.
 #[derive(Clone, Default)]
-pub struct LateRegistry(std::sync::Arc<std::sync::OnceLock<Registry>>);
+pub struct LateRegistry(std::sync::Arc<std::sync::OnceLock<(Registry, Option<Refresh>)>>);
 
 impl LateRegistry {
     /// Fills the slot; a second call is ignored (the first registry stays).
     pub fn set(&self, registry: Registry) {
-        let _ = self.0.set(registry);
+        let _ = self.0.set((registry, None));
+    }
+
+    /// Fills the slot with a registry whose collectors render what `refresh` gathered: every scrape awaits
+    /// `refresh` first (the refresh bounds its own time). A second call is ignored.
+    pub fn set_with_refresh(&self, registry: Registry, refresh: Refresh) {
+        let _ = self.0.set((registry, Some(refresh)));
     }
 
     /// The registry, once set.
     pub fn get(&self) -> Option<&Registry> {
-        self.0.get()
+        self.0.get().map(|(r, _)| r)
     }
+
+    /// Runs the refresh, if the slot has one.
+    pub async fn refresh(&self) {
+        if let Some((_, Some(refresh))) = self.0.get() {
+            refresh().await;
+        }
+    }
+}
+
+/// Prometheus' type of a [`Computed`] family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A value that goes up and down.
+    Gauge,
+    /// A value that only goes up (its name ends in `_total`).
+    Counter,
+}
+
+/// One metric family computed at scrape time (from caches or gathered counters) under an upstream name: its
+/// samples are label sets (pairs in upstream's order) and values, in a stable order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Computed {
+    /// The metric's full name (a counter's ends in `_total`, as upstream spells it).
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+    /// Gauge or counter.
+    pub kind: Kind,
+    /// Label sets and values.
+    pub samples: std::collections::BTreeMap<Vec<(String, String)>, f64>,
+}
+
+impl Computed {
+    /// An empty gauge family.
+    pub fn gauge(name: &'static str, help: &'static str) -> Computed {
+        Computed { name, help, kind: Kind::Gauge, samples: Default::default() }
+    }
+
+    /// An empty counter family.
+    pub fn counter(name: &'static str, help: &'static str) -> Computed {
+        Computed { name, help, kind: Kind::Counter, samples: Default::default() }
+    }
+
+    /// Adds `by` to the sample of `labels` (created at 0).
+    pub fn add(&mut self, labels: Vec<(String, String)>, by: f64) {
+        *self.samples.entry(labels).or_default() += by;
+    }
+
+    /// The value of the first sample whose labels include every pair of `labels` (tests, checks).
+    pub fn value(&self, labels: &[(&str, &str)]) -> Option<f64> {
+        self.samples.iter().find_map(|(l, v)| {
+            let matches = labels.iter().all(|(k, want)| l.iter().any(|(lk, lv)| lk == k && lv == want));
+            matches.then_some(*v)
+        })
+    }
+}
+
+/// Encodes `families` for a `prometheus_client` collector; empty families are left out. A counter's descriptor
+/// is its name without `_total` (the text format appends it to the samples), so samples carry upstream's name.
+pub fn encode_computed(
+    encoder: &mut prometheus_client::encoding::DescriptorEncoder,
+    families: &[Computed],
+) -> Result<(), std::fmt::Error> {
+    use prometheus_client::encoding::EncodeMetric;
+    use prometheus_client::metrics::MetricType;
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::gauge::ConstGauge;
+    for f in families.iter().filter(|f| !f.samples.is_empty()) {
+        let (name, ty) = match f.kind {
+            Kind::Gauge => (f.name, MetricType::Gauge),
+            Kind::Counter => (f.name.strip_suffix("_total").unwrap_or(f.name), MetricType::Counter),
+        };
+        let mut family = encoder.encode_descriptor(name, f.help, None, ty)?;
+        for (labels, value) in &f.samples {
+            let sample = family.encode_family(labels)?;
+            match f.kind {
+                Kind::Gauge => ConstGauge::new(*value).encode(sample)?,
+                Kind::Counter => ConstCounter::new(*value).encode(sample)?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Label set: which controller.
@@ -149,5 +241,34 @@ mod tests {
         assert!(text.contains("test_reconciles_total{controller=\"a\"} 2"), "{text}");
         assert!(text.contains("test_reconcile_failures_total{controller=\"a\"} 1"), "{text}");
         assert!(text.contains("test_api_requests_total 1"), "{text}");
+    }
+
+    #[derive(Debug)]
+    struct Fixed(Vec<Computed>);
+
+    impl prometheus_client::collector::Collector for Fixed {
+        fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            encode_computed(&mut encoder, &self.0)
+        }
+    }
+
+    #[test]
+    fn computed_families_render_under_their_full_names() {
+        let mut g = Computed::gauge("x_bytes", "A gauge.");
+        g.add(vec![("name".into(), "a".into())], 1.5);
+        g.add(vec![("name".into(), "a".into())], 1.0);
+        let mut c = Computed::counter("x_requests_total", "A counter.");
+        c.add(vec![("name".into(), "a".into())], 7.0);
+        let empty = Computed::gauge("x_none", "Nothing.");
+        assert_eq!(g.value(&[("name", "a")]), Some(2.5));
+        assert_eq!(g.value(&[("name", "b")]), None);
+        let mut r = Registry::unprefixed();
+        r.register_collector(Fixed(vec![g, c, empty]));
+        let text = r.render();
+        assert!(text.contains("# TYPE x_bytes gauge\n"), "{text}");
+        assert!(text.contains("\nx_bytes{name=\"a\"} 2.5\n"), "{text}");
+        assert!(text.contains("# TYPE x_requests counter\n"), "{text}");
+        assert!(text.contains("\nx_requests_total{name=\"a\"} 7"), "{text}");
+        assert!(!text.contains("x_none"), "{text}");
     }
 }

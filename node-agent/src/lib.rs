@@ -14,6 +14,7 @@
 //! * [`phase`] (pure): libvirt state and reason → VMI phase.
 //! * [`agent`]: the reconciler of the node's VMIs; [`server`]: the node API virt-api calls (console, VNC, pause).
 //! * [`migration`]: live migration between two node agents (source job, target listeners, TLS proxies).
+//! * [`domainstats`]: upstream's `kubevirt_vmi_*` domain metrics, read from the launchers' libvirt at each scrape.
 //! * [`hotplug`]: CPU and memory hotplug in a running domain after a workload-update migration; [`volumes`]:
 //!   hotplugged volumes into the launcher pod and the guest, and out again.
 //!
@@ -24,6 +25,7 @@
 
 pub mod agent;
 pub mod domain_xml;
+pub mod domainstats;
 pub mod hotplug;
 pub mod libvirt;
 pub mod migration;

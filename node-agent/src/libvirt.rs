@@ -72,6 +72,9 @@ pub enum Operation {
     SetVcpus,
     /// `virDomainAttachDeviceFlags`, `virDomainDetachDeviceFlags`, `virDomainUpdateDeviceFlags`.
     Device,
+    /// `virDomainGetInfo`, `virDomainMemoryStats`, `virDomainGetCPUStats`, `virDomainBlockStats`,
+    /// `virDomainInterfaceStats`, `virDomainGetJobInfo`.
+    Stats,
 }
 
 impl fmt::Display for Operation {
@@ -94,6 +97,7 @@ impl fmt::Display for Operation {
             Operation::JobInfo => "reading the job of",
             Operation::SetVcpus => "changing the vCPUs of",
             Operation::Device => "changing a device of",
+            Operation::Stats => "reading the statistics of",
         })
     }
 }
@@ -528,6 +532,70 @@ impl Domain {
         self.dom.migrate_to_uri3(Some(&request.libvirt_uri), params, flags).map_err(self.err(Operation::Migrate))
     }
 
+    /// The domain's counters ([`DomainStats`]). Fails only when the domain cannot be read at all; a device or a
+    /// statistic libvirt refuses (a CD-ROM without media, CPU times without a cgroup) is left out.
+    pub fn stats(&self) -> Result<DomainStats> {
+        let info = self.dom.info().map_err(self.err(Operation::Stats))?;
+        let xml = self.xml()?;
+        let memory = self.dom.memory_stats(0).map(|v| v.into_iter().map(|m| (m.tag, m.val)).collect::<Vec<_>>());
+        let ns = |v: Option<u64>| v.map(|ns| ns as f64 / 1e9);
+        let cpu = self.dom.cpu_stats(-1, 1, 0).ok().and_then(|v| v.into_iter().next());
+        let (disks, nics) = devices(&xml);
+        let disks = disks
+            .into_iter()
+            .filter_map(|(name, target)| {
+                let b = self.dom.block_stats(&target).ok()?;
+                let u = |v: i64| u64::try_from(v).unwrap_or(0);
+                Some((
+                    name,
+                    BlockCounters {
+                        read_requests: u(b.rd_req),
+                        read_bytes: u(b.rd_bytes),
+                        write_requests: u(b.wr_req),
+                        write_bytes: u(b.wr_bytes),
+                    },
+                ))
+            })
+            .collect();
+        let interfaces = nics
+            .into_iter()
+            .filter_map(|(name, target)| {
+                let i = self.dom.interface_stats(&target).ok()?;
+                let u = |v: i64| u64::try_from(v).unwrap_or(0);
+                Some((
+                    name,
+                    InterfaceCounters {
+                        rx_bytes: u(i.rx_bytes),
+                        rx_packets: u(i.rx_packets),
+                        rx_errors: u(i.rx_errs),
+                        rx_dropped: u(i.rx_drop),
+                        tx_bytes: u(i.tx_bytes),
+                        tx_packets: u(i.tx_packets),
+                        tx_errors: u(i.tx_errs),
+                        tx_dropped: u(i.tx_drop),
+                    },
+                ))
+            })
+            .collect();
+        // virDomainGetJobInfo, not virDomainGetJobStats: virt 0.5's `job_stats` builds a slice from libvirt's
+        // NULL parameter list when no job runs (a panic, and a race with a job ending), and the rates it would
+        // add are not worth that.
+        let migration = self.dom.job_info().ok().filter(|j| j.r#type != 0).map(|j| MigrationCounters {
+            total: j.data_total.unwrap_or_default(),
+            processed: j.data_processed.unwrap_or_default(),
+            remaining: j.data_remaining.unwrap_or_default(),
+        });
+        Ok(DomainStats {
+            memory_domain: info.max_mem.saturating_mul(1024),
+            memory: MemoryStats::from_tags(memory.unwrap_or_default()),
+            cpu_total: info.cpu_time as f64 / 1e9,
+            cpu_user_system: cpu.and_then(|c| Some((ns(c.user_time)?, ns(c.system_time)?))),
+            disks,
+            interfaces,
+            migration,
+        })
+    }
+
     /// The progress of the domain's current job (a migration): bytes processed and remaining, `None` when no job
     /// runs.
     pub fn job_progress(&self) -> Result<Option<JobProgress>> {
@@ -540,6 +608,142 @@ impl Domain {
             remaining: stats.data_remaining.unwrap_or_default(),
         }))
     }
+}
+
+/// A domain's counters as libvirt reports them, in plain units (bytes, seconds, counts): what upstream's
+/// `kubevirt_vmi_*` domain metrics are made of (`crate::domainstats`). A counter libvirt does not report (a
+/// memory statistic without a balloon driver in the guest, CPU times without a cgroup) is `None`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DomainStats {
+    /// The domain's `<memory>` (bytes).
+    pub memory_domain: u64,
+    /// Memory statistics (`virDomainMemoryStats`; the guest's own need its balloon driver).
+    pub memory: MemoryStats,
+    /// CPU time of the whole QEMU process (vCPUs and emulator), seconds.
+    pub cpu_total: f64,
+    /// CPU time in user and in system mode, seconds (`virDomainGetCPUStats`; needs the cpuacct cgroup).
+    pub cpu_user_system: Option<(f64, f64)>,
+    /// Block devices by the VMI's disk name (alias `ua-<name>`; else libvirt's target).
+    pub disks: Vec<(String, BlockCounters)>,
+    /// Network interfaces by the VMI's interface name (alias `ua-<name>`; else libvirt's target).
+    pub interfaces: Vec<(String, InterfaceCounters)>,
+    /// The running migration job, seen from the source.
+    pub migration: Option<MigrationCounters>,
+}
+
+/// `virDomainMemoryStats`, in bytes (faults: counts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Swapped in by the guest.
+    pub swap_in: Option<u64>,
+    /// Swapped out by the guest.
+    pub swap_out: Option<u64>,
+    /// Major page faults in the guest.
+    pub major_faults: Option<u64>,
+    /// Minor page faults in the guest.
+    pub minor_faults: Option<u64>,
+    /// Memory the guest leaves unused.
+    pub unused: Option<u64>,
+    /// Memory the guest sees.
+    pub available: Option<u64>,
+    /// The balloon's current size.
+    pub actual_balloon: Option<u64>,
+    /// Resident set of the QEMU process.
+    pub rss: Option<u64>,
+    /// Memory the balloon could reclaim without swapping (`MemAvailable`).
+    pub usable: Option<u64>,
+    /// Memory in the guest's caches.
+    pub disk_caches: Option<u64>,
+}
+
+impl MemoryStats {
+    /// From libvirt's (tag, value) pairs: KiB values become bytes, fault counts stay counts; unknown tags are
+    /// ignored.
+    pub fn from_tags(tags: impl IntoIterator<Item = (u32, u64)>) -> MemoryStats {
+        let mut m = MemoryStats::default();
+        for (tag, v) in tags {
+            let kib = Some(v.saturating_mul(1024));
+            match tag {
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_SWAP_IN => m.swap_in = kib,
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_SWAP_OUT => m.swap_out = kib,
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_MAJOR_FAULT => m.major_faults = Some(v),
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_MINOR_FAULT => m.minor_faults = Some(v),
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_UNUSED => m.unused = kib,
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_AVAILABLE => m.available = kib,
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_ACTUAL_BALLOON => m.actual_balloon = kib,
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_RSS => m.rss = kib,
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_USABLE => m.usable = kib,
+                virt_sys::VIR_DOMAIN_MEMORY_STAT_DISK_CACHES => m.disk_caches = kib,
+                _ => {}
+            }
+        }
+        m
+    }
+}
+
+/// `virDomainBlockStats` of one disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockCounters {
+    /// Read requests.
+    pub read_requests: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Write requests.
+    pub write_requests: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+}
+
+/// `virDomainInterfaceStats` of one interface, from the guest's side (libvirt swaps a tap's directions).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InterfaceCounters {
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Received packets dropped.
+    pub rx_dropped: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Send errors.
+    pub tx_errors: u64,
+    /// Sent packets dropped.
+    pub tx_dropped: u64,
+}
+
+/// A migration job's progress (`virDomainGetJobInfo`), bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrationCounters {
+    /// Everything to send so far (memory dirtied again counts again).
+    pub total: u64,
+    /// Sent.
+    pub processed: u64,
+    /// Left.
+    pub remaining: u64,
+}
+
+/// (VMI name, libvirt target) pairs.
+type Named = Vec<(String, String)>;
+
+/// The disks and interfaces of a domain's live XML.
+fn devices(xml: &str) -> (Named, Named) {
+    let (mut disks, mut nics) = (Vec::new(), Vec::new());
+    let Ok(doc) = roxmltree::Document::parse(xml) else { return (disks, nics) };
+    let Some(devs) = doc.root_element().children().find(|n| n.has_tag_name("devices")) else { return (disks, nics) };
+    for dev in devs.children().filter(|n| n.has_tag_name("disk") || n.has_tag_name("interface")) {
+        let child_attr = |tag: &str, attr: &str| {
+            dev.children().find(|n| n.has_tag_name(tag)).and_then(|n| n.attribute(attr)).map(str::to_owned)
+        };
+        let Some(target) = child_attr("target", "dev") else { continue };
+        let alias = child_attr("alias", "name");
+        let name = alias.as_deref().and_then(|a| a.strip_prefix("ua-")).map_or_else(|| target.clone(), str::to_owned);
+        if dev.has_tag_name("disk") { disks.push((name, target)) } else { nics.push((name, target)) }
+    }
+    (disks, nics)
 }
 
 /// What [`Domain::migrate`] does.

@@ -59,7 +59,7 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let tls = node_agent::server::tls_config(&args.node_api_tls_dir)?;
-    let health::Process { client, metrics, ready, .. } =
+    let health::Process { client, metrics, ready, late } =
         health::start("kubevirt_rs_node_agent", args.metrics_addr).await?;
     ready.store(true, Ordering::SeqCst);
     let instance = std::env::var("POD_NAME").ok();
@@ -75,8 +75,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     node_agent::agent::run(
         client,
         args.node_name,
-        metrics,
-        instance,
+        node_agent::agent::Telemetry { metrics, late, instance },
         Some((args.node_api_addr, tls)),
         migrations,
         binary::shutdown_signal(),

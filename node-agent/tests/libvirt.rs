@@ -8,7 +8,8 @@
 //!   launcher contract says (the launcher's part — the containerDisk copy, its qcow2 overlay, an emptyDisk, the
 //!   tap — done here by hand);
 //! * VMI `boot`: the test guest (`tests/guest/build.sh`) as a containerDisk on virtio, a masquerade NIC on `tap0`,
-//!   rng → define, start, phase Running, `KUBEVIRT-RS-GUEST-UP` on the serial log, ACPI shutdown →
+//!   rng → define, start, phase Running, `KUBEVIRT-RS-GUEST-UP` on the serial log, the domain's statistics
+//!   (QEMU's resident set, CPU time, the disk's reads, the NIC by its VMI name), ACPI shutdown →
 //!   `KUBEVIRT-RS-GUEST-POWEROFF`, Shutoff/Shutdown, phase Succeeded, undefine;
 //! * VMI `destroyed` (containerDisk on SATA, an emptyDisk on SCSI, a hotpluggable second socket, a custom CPU
 //!   model): start, destroy → Shutoff/Destroyed → phase Failed (ACPI enabled, grace period 30 s); the same VMI with
@@ -426,6 +427,17 @@ fn vmis_boot_shut_down_and_are_destroyed_on_a_real_libvirt() {
     log(&format!("boot: {line:?} {:.1} s after start", started.elapsed().as_secs_f64()));
     // acpid runs once the first tick is printed.
     wait_for("the guest's first tick", Duration::from_secs(60), &sandbox, || console_line(&boot_root, MARKER_TICK));
+    // The counters upstream's kubevirt_vmi_* metrics are made of (domainstats), from the running guest.
+    let stats = boot.stats().unwrap_or_else(|e| panic!("{e}: {}", e.source));
+    assert!(stats.memory.rss.is_some_and(|b| b > 16 << 20), "QEMU's resident set: {stats:?}");
+    assert!(stats.memory.actual_balloon.is_some_and(|b| b > 0), "{stats:?}");
+    assert!(stats.memory_domain >= 64 << 20, "{stats:?}");
+    assert!(stats.cpu_total > 0.1, "booting under TCG took CPU time: {stats:?}");
+    let disk = stats.disks.iter().find(|(n, _)| n == "containerdisk").map(|(_, c)| *c);
+    assert!(disk.is_some_and(|d| d.read_bytes > 1 << 20 && d.read_requests > 0), "the boot read its disk: {stats:?}");
+    assert!(stats.interfaces.iter().any(|(n, _)| n == "default"), "the pod NIC by its VMI name: {stats:?}");
+    assert!(stats.migration.is_none(), "{stats:?}");
+    log(&format!("boot: statistics {stats:?}"));
     let shutdown = Instant::now();
     let mut last_request = Instant::now() - Duration::from_secs(60);
     let (state, reason) = wait_for("shut off after ACPI shutdown", Duration::from_secs(40), &sandbox, || {

@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{Namespace, PodTemplateSpec, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_test_support::{Result, TestCluster, apply_yaml, host_url, poll_until};
+use stack_support::metrics::{sample, scrape_service};
 use stack_support::operator::{
     apply_operator, image_repository, install_with_operator, release_images, release_tag, wait_deployed,
 };
@@ -136,6 +137,45 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
     let ip = vmi_ip(&vmi);
     poll_until("the guest's HTTP server", Duration::from_secs(120), || async { http_get(&ip).await.ok() }).await?;
     let launcher = env.launcher_pod(&vmi).await?.uid();
+
+    // Metrics as a ServiceMonitor scrapes them: every endpoint of kubevirt-prometheus-metrics. The node agent
+    // reports the guest's domain counters under upstream's names, and they move with the guest's traffic.
+    let web = [("namespace", env.ns.name()), ("name", "web")];
+    let node = vmi.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let rx = [web[0], web[1], ("interface", "default"), ("node", node.as_str())];
+    let kv_metrics = || async {
+        let all = scrape_service(&client, NAMESPACE, "kubevirt-prometheus-metrics").await?;
+        Ok::<_, kube_test_support::Error>(all.into_iter().map(|(_, text)| text).collect::<Vec<_>>().join("\n"))
+    };
+    let first = kv_metrics().await?;
+    let received = sample(&first, "kubevirt_vmi_network_receive_bytes_total", &rx)
+        .unwrap_or_else(|| panic!("no network sample for the VM on {node}:\n{first}"));
+    for (name, at_least) in [
+        ("kubevirt_vmi_memory_resident_bytes", 16.0 * 1024.0 * 1024.0),
+        ("kubevirt_vmi_memory_domain_bytes", 64.0 * 1024.0 * 1024.0),
+        ("kubevirt_vmi_cpu_usage_seconds_total", 0.1),
+    ] {
+        let v = sample(&first, name, &web).unwrap_or_else(|| panic!("no {name} for the VM:\n{first}"));
+        assert!(v >= at_least, "{name} = {v}");
+    }
+    let reads =
+        sample(&first, "kubevirt_vmi_storage_read_traffic_bytes_total", &[web[0], web[1], ("drive", "containerdisk")]);
+    assert!(reads.is_some_and(|b| b > 1_048_576.0), "the boot read its disk: {reads:?}");
+    assert!(first.contains("# TYPE kubevirt_vmi_network_receive_bytes counter"), "{first}");
+    assert!(sample(&first, "kubevirt_vmi_phase_count", &[("node", node.as_str()), ("phase", "running")]).is_some());
+    for _ in 0..5 {
+        http_get(&ip).await?;
+    }
+    let again = kv_metrics().await?;
+    let received_after = sample(&again, "kubevirt_vmi_network_receive_bytes_total", &rx).unwrap_or_default();
+    assert!(received_after > received, "the guest's HTTP answers are not counted: {received} → {received_after}");
+    let cdi_metrics = scrape_service(&client, "cdi", "cdi-prometheus-metrics").await?;
+    assert!(
+        cdi_metrics.len() == 2
+            && cdi_metrics.iter().all(|(_, t)| sample(t, "kubevirt_rs_datavolume_controller_api_requests_total", &[])
+                .is_some_and(|n| n > 0.0)),
+        "both DataVolume controllers behind cdi-prometheus-metrics: {cdi_metrics:?}"
+    );
     let dv_yaml = cdi_test_support::datavolume_yaml(
         "slow",
         &format!("    http:\n      url: \"{}\"", host_url(18080, "slow/small.raw")),

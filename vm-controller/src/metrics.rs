@@ -11,39 +11,20 @@
 //! A label without a value is `<none>`, as upstream. [`gauges`] is pure (table-tested); [`CacheCollector`] feeds
 //! it from the caches.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use controller_runtime::metrics::{Computed, encode_computed};
 use crds::kubevirt::migration::MigrationPhase;
 use crds::kubevirt::{VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration};
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::DescriptorEncoder;
 
 /// A label value that is not set.
 const NONE: &str = "<none>";
 
-/// One gauge family: its name, help and samples (label pairs → value), in a stable order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gauge {
-    /// Upstream's metric name.
-    pub name: &'static str,
-    /// Its help text.
-    pub help: &'static str,
-    /// Label sets (pairs in upstream's order) and values.
-    pub samples: BTreeMap<Vec<(&'static str, String)>, i64>,
-}
-
-impl Gauge {
-    fn new(name: &'static str, help: &'static str) -> Gauge {
-        Gauge { name, help, samples: BTreeMap::new() }
-    }
-
-    fn add(&mut self, labels: Vec<(&'static str, String)>, by: i64) {
-        *self.samples.entry(labels).or_default() += by;
-    }
+fn l(pairs: Vec<(&str, String)>) -> Vec<(String, String)> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 fn or_none(v: Option<&str>) -> String {
@@ -61,8 +42,8 @@ pub fn gauges(
     vmis: &[Arc<VirtualMachineInstance>],
     migrations: &[Arc<VirtualMachineInstanceMigration>],
     vms: &[Arc<VirtualMachine>],
-) -> Vec<Gauge> {
-    let mut phases = Gauge::new("kubevirt_vmi_phase_count", "Sum of VMIs per phase and node.");
+) -> Vec<Computed> {
+    let mut phases = Computed::gauge("kubevirt_vmi_phase_count", "Sum of VMIs per phase and node.");
     for vmi in vmis {
         let status = vmi.status.as_ref();
         let annotation = |key: &str| or_none(vmi.annotations().get(key).map(String::as_str));
@@ -82,18 +63,21 @@ pub fn gauges(
             ("guest_os_name", or_none(os.and_then(|o| o.name.as_deref()))),
             ("guest_os_version_id", or_none(os.and_then(|o| o.version_id.as_deref()))),
         ];
-        phases.add(labels, 1);
+        phases.add(l(labels), 1.0);
     }
 
-    let mut unset = Gauge::new("kubevirt_vmi_migrations_in_unset_phase", "Number of current unset migrations.");
-    let mut pending = Gauge::new("kubevirt_vmi_migrations_in_pending_phase", "Number of current pending migrations.");
+    let mut unset = Computed::gauge("kubevirt_vmi_migrations_in_unset_phase", "Number of current unset migrations.");
+    let mut pending =
+        Computed::gauge("kubevirt_vmi_migrations_in_pending_phase", "Number of current pending migrations.");
     let mut scheduling =
-        Gauge::new("kubevirt_vmi_migrations_in_scheduling_phase", "Number of current scheduling migrations.");
-    let mut running = Gauge::new("kubevirt_vmi_migrations_in_running_phase", "Number of current running migrations.");
-    let mut succeeded = Gauge::new("kubevirt_vmi_migration_succeeded", "Indicates if the VMI migration succeeded.");
-    let mut failed = Gauge::new("kubevirt_vmi_migration_failed", "Indicates if the VMI migration failed.");
+        Computed::gauge("kubevirt_vmi_migrations_in_scheduling_phase", "Number of current scheduling migrations.");
+    let mut running =
+        Computed::gauge("kubevirt_vmi_migrations_in_running_phase", "Number of current running migrations.");
+    let mut succeeded =
+        Computed::gauge("kubevirt_vmi_migration_succeeded", "Indicates if the VMI migration succeeded.");
+    let mut failed = Computed::gauge("kubevirt_vmi_migration_failed", "Indicates if the VMI migration failed.");
     for g in [&mut unset, &mut pending, &mut scheduling, &mut running] {
-        g.add(Vec::new(), 0);
+        g.add(Vec::new(), 0.0);
     }
     for m in migrations {
         let finished = || {
@@ -104,24 +88,24 @@ pub fn gauges(
             ]
         };
         match m.phase() {
-            None => unset.add(Vec::new(), 1),
-            Some(MigrationPhase::Pending) => pending.add(Vec::new(), 1),
+            None => unset.add(Vec::new(), 1.0),
+            Some(MigrationPhase::Pending) => pending.add(Vec::new(), 1.0),
             Some(
                 MigrationPhase::Scheduling
                 | MigrationPhase::Scheduled
                 | MigrationPhase::PreparingTarget
                 | MigrationPhase::TargetReady,
-            ) => scheduling.add(Vec::new(), 1),
-            Some(MigrationPhase::Running) => running.add(Vec::new(), 1),
-            Some(MigrationPhase::Succeeded) => succeeded.add(finished(), 1),
-            Some(MigrationPhase::Failed) => failed.add(finished(), 1),
+            ) => scheduling.add(Vec::new(), 1.0),
+            Some(MigrationPhase::Running) => running.add(Vec::new(), 1.0),
+            Some(MigrationPhase::Succeeded) => succeeded.add(l(finished()), 1.0),
+            Some(MigrationPhase::Failed) => failed.add(l(finished()), 1.0),
             Some(_) => {}
         }
     }
 
-    let mut per_namespace = Gauge::new("kubevirt_number_of_vms", "The number of VMs in the cluster by namespace.");
+    let mut per_namespace = Computed::gauge("kubevirt_number_of_vms", "The number of VMs in the cluster by namespace.");
     for vm in vms {
-        per_namespace.add(vec![("namespace", vm.namespace().unwrap_or_default())], 1);
+        per_namespace.add(l(vec![("namespace", vm.namespace().unwrap_or_default())]), 1.0);
     }
     vec![phases, unset, pending, scheduling, running, succeeded, failed, per_namespace]
 }
@@ -144,16 +128,7 @@ impl std::fmt::Debug for CacheCollector {
 
 impl prometheus_client::collector::Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for g in gauges(&self.vmis.state(), &self.migrations.state(), &self.vms.state()) {
-            if g.samples.is_empty() {
-                continue;
-            }
-            let mut family = encoder.encode_descriptor(g.name, g.help, None, MetricType::Gauge)?;
-            for (labels, value) in &g.samples {
-                ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
-            }
-        }
-        Ok(())
+        encode_computed(&mut encoder, &gauges(&self.vmis.state(), &self.migrations.state(), &self.vms.state()))
     }
 }
 
@@ -166,15 +141,12 @@ mod tests {
         Arc::new(serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}")))
     }
 
-    fn find<'a>(gs: &'a [Gauge], name: &str) -> &'a Gauge {
+    fn find<'a>(gs: &'a [Computed], name: &str) -> &'a Computed {
         gs.iter().find(|g| g.name == name).unwrap_or_else(|| panic!("no {name}"))
     }
 
-    fn value(g: &Gauge, labels: &[(&str, &str)]) -> Option<i64> {
-        g.samples.iter().find_map(|(l, v)| {
-            let matches = labels.iter().all(|(k, want)| l.iter().any(|(lk, lv)| lk == k && lv == want));
-            matches.then_some(*v)
-        })
+    fn value(g: &Computed, labels: &[(&str, &str)]) -> Option<i64> {
+        g.value(labels).map(|v| v as i64)
     }
 
     #[test]

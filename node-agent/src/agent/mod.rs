@@ -639,18 +639,29 @@ pub fn vmi_selector(node: &str) -> String {
     format!("{}={node}", label::NODE_NAME)
 }
 
-/// Runs the node agent on `node` until `shutdown` resolves: the VMI reconciler, the heartbeat and the sweep, and
-/// with `node_api` (listen address, TLS) the node API for virt-api ([`crate::server`]).
+/// Where the agent reports: its reconcile metrics, the slot for its domain metrics ([`crate::domainstats`]), and
+/// the instance (pod) name on its events.
+pub struct Telemetry {
+    /// Reconcile metrics.
+    pub metrics: ReconcileMetrics,
+    /// Filled with the domain metrics once the VMI cache exists.
+    pub late: controller_runtime::metrics::LateRegistry,
+    /// The reporting instance of events.
+    pub instance: Option<String>,
+}
+
+/// Runs the node agent on `node` until `shutdown` resolves: the VMI reconciler, the heartbeat and the sweep, the
+/// domain metrics, and with `node_api` (listen address, TLS) the node API for virt-api ([`crate::server`]).
 /// The node is marked unschedulable when the agent stops.
 pub async fn run(
     client: Client,
     node: String,
-    metrics: ReconcileMetrics,
-    instance: Option<String>,
+    telemetry: Telemetry,
     node_api: Option<(std::net::SocketAddr, Arc<rustls::ServerConfig>)>,
     migrations: Arc<crate::migration::Migrations>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
+    let Telemetry { metrics, late, instance } = telemetry;
     use controller_runtime::store::{reflect, wait_ready};
     use futures::StreamExt;
     use kube::runtime::controller::Controller;
@@ -722,20 +733,25 @@ pub async fn run(
     let vmis = Controller::new(
         Api::<VirtualMachineInstance>::all(client.clone()),
         watcher::Config::default().labels(&vmi_selector(&node)),
-    )
-    .watches(Api::<Pod>::all(client.clone()), pod_watch(), |pod: Pod| {
-        let owner =
-            pod.owner_references().iter().find(|o| o.kind == "VirtualMachineInstance" && o.controller == Some(true))?;
-        Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
-    })
-    // An attachment pod names its VMI in a second, non-controlling owner reference.
-    .watches(Api::<Pod>::all(client.clone()), attachment_watch(), |pod: Pod| {
-        let owner = pod.owner_references().iter().find(|o| o.kind == "VirtualMachineInstance")?;
-        Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
-    })
-    .graceful_shutdown_on(stop(&stop_tx))
-    .run(reconcile, error_policy, ctx.clone())
-    .for_each(|_| futures::future::ready(()));
+    );
+    let sampler = crate::domainstats::Sampler::new(node.clone(), vmis.store(), stores.pods.clone());
+    crate::domainstats::register(&late, Arc::new(sampler));
+    let vmis = vmis
+        .watches(Api::<Pod>::all(client.clone()), pod_watch(), |pod: Pod| {
+            let owner = pod
+                .owner_references()
+                .iter()
+                .find(|o| o.kind == "VirtualMachineInstance" && o.controller == Some(true))?;
+            Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
+        })
+        // An attachment pod names its VMI in a second, non-controlling owner reference.
+        .watches(Api::<Pod>::all(client.clone()), attachment_watch(), |pod: Pod| {
+            let owner = pod.owner_references().iter().find(|o| o.kind == "VirtualMachineInstance")?;
+            Some(ObjectRef::<VirtualMachineInstance>::new(&owner.name).within(&pod.namespace()?))
+        })
+        .graceful_shutdown_on(stop(&stop_tx))
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
     // Inbound migrations: the VMIs the migration controller handed to this node.
     let targets = Controller::new(
         Api::<VirtualMachineInstance>::all(client.clone()),

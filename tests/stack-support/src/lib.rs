@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod metrics;
 pub mod operator;
 pub mod vmi;
 
