@@ -25,11 +25,7 @@ pub struct Health {
 
 async fn metrics(State(h): State<Health>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
     h.late.refresh().await;
-    (StatusCode::OK, [("content-type", "text/plain; version=0.0.4")], {
-        let mut all = vec![h.metrics.as_ref()];
-        all.extend(h.late.get());
-        Registry::render_all(&all)
-    })
+    (StatusCode::OK, [("content-type", "text/plain; version=0.0.4")], h.late.render_after(&h.metrics))
 }
 
 async fn readyz(State(h): State<Health>) -> StatusCode {

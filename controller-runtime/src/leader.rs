@@ -25,6 +25,42 @@ pub struct LeaseSettings {
     pub identity: String,
     /// Lease duration in seconds; the holder renews it every third of that.
     pub duration_secs: u64,
+    /// Set while this replica leads ([`role_metrics`] reports it).
+    pub leading: Arc<AtomicBool>,
+}
+
+/// Upstream's role gauges of one replica, e.g. `kubevirt_virt_controller_leading_status` (1 while it holds the
+/// lease) and `kubevirt_virt_controller_ready_status` (1 once it is a healthy follower or the leader): a registry
+/// to add to the process's `LateRegistry` at start, so that followers report too.
+pub fn role_metrics(
+    leading_name: &'static str,
+    ready_name: &'static str,
+    leading: Arc<AtomicBool>,
+    ready: Arc<AtomicBool>,
+) -> crate::metrics::Registry {
+    let mut registry = crate::metrics::Registry::unprefixed();
+    registry.register_collector(RoleCollector { leading_name, ready_name, leading, ready });
+    registry
+}
+
+#[derive(Debug)]
+struct RoleCollector {
+    leading_name: &'static str,
+    ready_name: &'static str,
+    leading: Arc<AtomicBool>,
+    ready: Arc<AtomicBool>,
+}
+
+impl prometheus_client::collector::Collector for RoleCollector {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::metrics::Computed;
+        let flag = |f: &AtomicBool| if f.load(Ordering::Relaxed) { 1.0 } else { 0.0 };
+        let mut leading = Computed::gauge(self.leading_name, "Indication for an operating replica (it leads).");
+        leading.add(Vec::new(), flag(&self.leading));
+        let mut ready = Computed::gauge(self.ready_name, "Indication for a replica that is ready to take the lead.");
+        ready.add(Vec::new(), flag(&self.ready));
+        crate::metrics::encode_computed(&mut encoder, &[leading, ready])
+    }
 }
 
 /// A future that resolves when the work must stop.
@@ -58,6 +94,7 @@ where
         r = leading.wait_for(|l| *l) => { r?; }
     }
     tracing::info!(identity = %settings.identity, "leading");
+    settings.leading.store(true, Ordering::Relaxed);
     let mut watch = leading.clone();
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
     let stop: Stop = Box::pin(async move {
@@ -67,6 +104,7 @@ where
         }
     });
     let result = work(stop).await;
+    settings.leading.store(false, Ordering::Relaxed);
     drop(leading);
     let _ = lease_task.await;
     result?;
@@ -74,4 +112,19 @@ where
         anyhow::bail!("lost the leader lease");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_gauges_follow_the_flags() {
+        let (leading, ready) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(true)));
+        let r = role_metrics("x_leading_status", "x_ready_status", leading.clone(), ready);
+        let text = r.render();
+        assert!(text.contains("\nx_leading_status 0\n") && text.contains("\nx_ready_status 1\n"), "{text}");
+        leading.store(true, Ordering::Relaxed);
+        assert!(r.render().contains("\nx_leading_status 1\n"));
+    }
 }

@@ -55,34 +55,46 @@ impl Registry {
 /// What a scrape awaits before rendering (e.g. reading counters over RPC into what a collector renders).
 pub type Refresh = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
-/// A registry filled after the `/metrics` endpoint started (once the process has the caches its collectors
-/// read); rendered after the process's own metrics, after its [`Refresh`] (if any) completed. Clones share the
-/// slot.
+/// Registries added after the `/metrics` endpoint started (once the process has the caches its collectors read,
+/// or knows its role); rendered after the process's own metrics, in the order added, each after its [`Refresh`]
+/// (if any) completed. Clones share the list.
 #[derive(Clone, Default)]
-pub struct LateRegistry(std::sync::Arc<std::sync::OnceLock<(Registry, Option<Refresh>)>>);
+pub struct LateRegistry(std::sync::Arc<std::sync::Mutex<Vec<LateEntry>>>);
+
+/// One added registry and its refresh.
+type LateEntry = std::sync::Arc<(Registry, Option<Refresh>)>;
 
 impl LateRegistry {
-    /// Fills the slot; a second call is ignored (the first registry stays).
-    pub fn set(&self, registry: Registry) {
-        let _ = self.0.set((registry, None));
+    fn entries(&self) -> Vec<LateEntry> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Fills the slot with a registry whose collectors render what `refresh` gathered: every scrape awaits
-    /// `refresh` first (the refresh bounds its own time). A second call is ignored.
-    pub fn set_with_refresh(&self, registry: Registry, refresh: Refresh) {
-        let _ = self.0.set((registry, Some(refresh)));
+    /// Adds a registry (its names must not collide with the others').
+    pub fn add(&self, registry: Registry) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(std::sync::Arc::new((registry, None)));
     }
 
-    /// The registry, once set.
-    pub fn get(&self) -> Option<&Registry> {
-        self.0.get().map(|(r, _)| r)
+    /// Adds a registry whose collectors render what `refresh` gathered: every scrape awaits `refresh` first (the
+    /// refresh bounds its own time).
+    pub fn add_with_refresh(&self, registry: Registry, refresh: Refresh) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(std::sync::Arc::new((registry, Some(refresh))));
     }
 
-    /// Runs the refresh, if the slot has one.
+    /// Runs every refresh, one after the other.
     pub async fn refresh(&self) {
-        if let Some((_, Some(refresh))) = self.0.get() {
-            refresh().await;
+        for entry in self.entries() {
+            if let Some(refresh) = &entry.1 {
+                refresh().await;
+            }
         }
+    }
+
+    /// The Prometheus text of `first` followed by every added registry.
+    pub fn render_after(&self, first: &Registry) -> String {
+        let entries = self.entries();
+        let mut all = vec![first];
+        all.extend(entries.iter().map(|e| &e.0));
+        Registry::render_all(&all)
     }
 }
 
@@ -152,9 +164,13 @@ pub fn encode_computed(
         let mut family = encoder.encode_descriptor(name, f.help, None, ty)?;
         for (labels, value) in &f.samples {
             let sample = family.encode_family(labels)?;
-            match f.kind {
-                Kind::Gauge => ConstGauge::new(*value).encode(sample)?,
-                Kind::Counter => ConstCounter::new(*value).encode(sample)?,
+            // Whole numbers as upstream's Go client prints them ("1", not "1.0").
+            let whole = value.fract() == 0.0 && value.abs() < 9.0e15;
+            match (f.kind, whole) {
+                (Kind::Gauge, true) => ConstGauge::new(*value as i64).encode(sample)?,
+                (Kind::Gauge, false) => ConstGauge::new(*value).encode(sample)?,
+                (Kind::Counter, true) if *value >= 0.0 => ConstCounter::new(*value as u64).encode(sample)?,
+                (Kind::Counter, _) => ConstCounter::new(*value).encode(sample)?,
             }
         }
     }

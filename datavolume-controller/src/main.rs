@@ -62,6 +62,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         namespace,
         identity: binary::pod_identity("datavolume-controller"),
         duration_secs: args.lease_seconds,
+        leading: Default::default(),
     };
     let instance = std::env::var("POD_NAME").ok();
     run_as_leader(client.clone(), &lease, ready, |stop| {

@@ -285,7 +285,7 @@ impl prometheus_client::collector::Collector for Collector {
 pub fn register(late: &LateRegistry, sampler: Arc<Sampler>) {
     let mut registry = Registry::unprefixed();
     registry.register_collector(Collector(sampler.clone()));
-    late.set_with_refresh(
+    late.add_with_refresh(
         registry,
         Box::new(move || {
             let sampler = sampler.clone();

@@ -57,14 +57,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     };
     let defaults = Release { registry, tag, pull_policy: DEFAULT_PULL_POLICY.into() };
-    let health::Process { client, ready, .. } = health::start("kubevirt_rs_virt_operator", args.metrics_addr).await?;
+    let health::Process { client, ready, late, .. } =
+        health::start("kubevirt_rs_virt_operator", args.metrics_addr).await?;
     virt_operator::webhook::start(client.clone(), &namespace, args.webhook_addr).await?;
     let lease = LeaseSettings {
         name: "virt-operator".into(),
         namespace: namespace.clone(),
         identity: binary::pod_identity("virt-operator"),
         duration_secs: args.lease_seconds,
+        leading: Default::default(),
     };
+    late.add(controller_runtime::leader::role_metrics(
+        "kubevirt_virt_operator_leading_status",
+        "kubevirt_virt_operator_ready_status",
+        lease.leading.clone(),
+        ready.clone(),
+    ));
     let settings = virt_operator::Settings { namespace, defaults, instance: std::env::var("POD_NAME").ok() };
     run_as_leader(client.clone(), &lease, ready, |stop| virt_operator::run(client, settings, stop)).await
 }

@@ -147,6 +147,20 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
         let all = scrape_service(&client, NAMESPACE, "kubevirt-prometheus-metrics").await?;
         Ok::<_, kube_test_support::Error>(all.into_iter().map(|(_, text)| text).collect::<Vec<_>>().join("\n"))
     };
+    // Every controller and operator replica reports its role; exactly one of each leads.
+    let per_pod = scrape_service(&client, NAMESPACE, "kubevirt-prometheus-metrics").await?;
+    for component in ["controller", "operator"] {
+        let (leading, ready): (Vec<f64>, Vec<f64>) = per_pod
+            .iter()
+            .filter_map(|(_, t)| {
+                let l = sample(t, &format!("kubevirt_virt_{component}_leading_status"), &[])?;
+                Some((l, sample(t, &format!("kubevirt_virt_{component}_ready_status"), &[])?))
+            })
+            .unzip();
+        assert_eq!(leading.len(), 2, "both {component} replicas report their role: {per_pod:?}");
+        assert_eq!(leading.iter().sum::<f64>(), 1.0, "one {component} leads: {leading:?}");
+        assert!(ready.iter().all(|r| *r == 1.0), "{component}: {ready:?}");
+    }
     let first = kv_metrics().await?;
     let received = sample(&first, "kubevirt_vmi_network_receive_bytes_total", &rx)
         .unwrap_or_else(|| panic!("no network sample for the VM on {node}:\n{first}"));
@@ -276,7 +290,8 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         !out.status.success()
-            && text.contains("rejecting the uninstall request, since there are still 1 DataVolumes present"),
+            && text.contains("rejecting the uninstall request, since there are still ")
+            && text.contains(" DataVolumes present. Either delete all DataVolumes or change the uninstall strategy"),
         "{text}"
     );
     assert!(kvs.get("kubevirt").await?.metadata.deletion_timestamp.is_none());

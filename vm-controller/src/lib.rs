@@ -66,10 +66,14 @@ pub async fn run_controllers(
     // Likewise the VMIs' store, fed by the VM controller's VMI watch.
     let (vmis, vmi_events) = reflect_stream(Api::<VirtualMachineInstance>::all(client.clone()), all());
     let vmi_events = vmi_events.boxed();
+    // And the DataVolumes' store, fed by the VM controller's DataVolume watch: a VM woken by its DataVolume's new
+    // phase (e.g. WaitForFirstConsumer, when it must create the VMI) reads that phase, not the one before.
+    let (data_volumes, dv_events) = reflect_stream(Api::<DataVolume>::all(client.clone()), all());
+    let dv_events = dv_events.boxed();
     let stores = Stores {
         pods,
         pvcs: reflect(Api::<PersistentVolumeClaim>::all(client.clone()), all()),
-        data_volumes: reflect(Api::<DataVolume>::all(client.clone()), all()),
+        data_volumes,
         vmis,
         migrations: reflect(Api::<VirtualMachineInstanceMigration>::all(client.clone()), all()),
         migration_policies: reflect(Api::<MigrationPolicy>::all(client.clone()), all()),
@@ -77,7 +81,6 @@ pub async fn run_controllers(
     };
     wait_ready(&stores.pvcs, "PVCs").await?;
     wait_ready(&stores.migrations, "VirtualMachineInstanceMigrations").await?;
-    wait_ready(&stores.data_volumes, "DataVolumes").await?;
     // The KubeVirt and MigrationPolicy caches are not waited for here (an installation without those CRDs still
     // runs VMs); the migration controller waits for them when it needs them.
     let ctx = Arc::new(Context {
@@ -95,15 +98,16 @@ pub async fn run_controllers(
     // DataVolume's phase, which triggers).
     let vm_controller = Controller::new(Api::<VirtualMachine>::all(client.clone()), all())
         .owns_stream(vmi_events)
-        .owns(Api::<DataVolume>::all(client.clone()), all());
+        .owns_stream(dv_events);
     let mut upstream = controller_runtime::metrics::Registry::unprefixed();
     upstream.register_collector(metrics::CacheCollector {
         vmis: ctx.stores.vmis.clone(),
         migrations: ctx.stores.migrations.clone(),
         vms: vm_controller.store(),
     });
-    late.set(upstream);
-    // The pod and VMI stores fill as the controllers drive their streams; reconciles wait for their first lists.
+    late.add(upstream);
+    // The pod, VMI and DataVolume stores fill as the controllers drive their streams; reconciles wait for their
+    // first lists.
     tracing::info!("VM, VMIRS and VMI controllers running");
     let vmis = vmi_controller
         .graceful_shutdown_on(shutdown.clone())

@@ -54,7 +54,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         namespace,
         identity: binary::pod_identity("vm-controller"),
         duration_secs: args.lease_seconds,
+        leading: Default::default(),
     };
+    late.add(controller_runtime::leader::role_metrics(
+        "kubevirt_virt_controller_leading_status",
+        "kubevirt_virt_controller_ready_status",
+        lease.leading.clone(),
+        ready.clone(),
+    ));
     let instance = std::env::var("POD_NAME").ok();
     run_as_leader(client.clone(), &lease, ready, |stop| {
         vm_controller::run_controllers(client, settings, metrics, late, instance, stop)

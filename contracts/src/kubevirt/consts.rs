@@ -65,6 +65,8 @@ pub mod label {
 
 /// Annotation keys.
 pub mod ann {
+    /// On launcher pods: the secondary (Multus) networks, a JSON list of `{name, namespace, interface}`.
+    pub use crate::cdi::consts::ann::MULTUS_NETWORKS;
     /// On launcher pods: the VMI (domain) name.
     pub const DOMAIN: &str = "kubevirt.io/domain";
     /// On launcher pods: the container `kubectl logs/exec` picks (`compute`).

@@ -375,6 +375,24 @@ pub const POD_INTERFACE: &str = "eth0";
 pub const POD_TAP: &str = "tap0";
 /// The in-pod bridge of the masquerade binding (`k6t-` + [`POD_INTERFACE`]).
 pub const POD_BRIDGE: &str = "k6t-eth0";
+/// Hex digits of the network name's SHA-256 in a secondary network's pod interface name (upstream's
+/// `maxIfaceNameLen`).
+const SECONDARY_HASH_LEN: usize = 11;
+
+fn network_hash(network_name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(network_name.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    hex[..SECONDARY_HASH_LEN].to_owned()
+}
+
+/// The pod interface Multus creates for the VMI's secondary network `network_name` (`networks[].name`, not the
+/// attachment's name): upstream's hashed scheme, `pod` + the first 11 hex digits of the name's SHA-256. The
+/// VMI controller names it in the pod's `k8s.v1.cni.cncf.io/networks`; the launcher binds it.
+pub fn secondary_pod_interface(network_name: &str) -> String {
+    format!("pod{}", network_hash(network_name))
+}
+
 /// The nftables table (family `ip`) of the masquerade binding (upstream's name).
 pub const MASQUERADE_NFT_TABLE: &str = "kubevirt_nat";
 /// The gateway address the guest sees on the masquerade network.
@@ -555,5 +573,13 @@ mod tests {
         assert_eq!(mac, derived_mac("6a1f2b3c-4d5e-4f60-8a71-92b3c4d5e6f7", "default"));
         assert_ne!(mac, derived_mac("6a1f2b3c-4d5e-4f60-8a71-92b3c4d5e6f7", "other"));
         assert!(mac.starts_with("02:") && mac.len() == 17, "{mac}");
+    }
+
+    #[test]
+    fn secondary_devices_have_upstreams_hashed_names_within_linuxs_limit() {
+        // sha256("ptp") = e31d7ce2712…: upstream's virt-controller names the same interface.
+        assert_eq!(secondary_pod_interface("ptp"), "pode31d7ce2712");
+        assert!(secondary_pod_interface("a-very-long-network-name").len() <= 15);
+        assert_ne!(secondary_pod_interface("a"), secondary_pod_interface("b"));
     }
 }

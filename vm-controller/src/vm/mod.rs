@@ -89,7 +89,9 @@ async fn started_template(
 }
 
 async fn reconcile_once(vm: &VirtualMachine, ctx: &Context) -> Result<Requeue> {
-    if !crate::context::cache_ready(&ctx.stores.vmis, "VMI").await {
+    if !crate::context::cache_ready(&ctx.stores.vmis, "VMI").await
+        || !crate::context::cache_ready(&ctx.stores.data_volumes, "DataVolume").await
+    {
         return Ok(Requeue::requeue(std::time::Duration::from_secs(1)));
     }
     let ns = vm.namespace().unwrap_or_default();

@@ -227,8 +227,11 @@ async fn lost_nodes(ctx: &Context, pods: &[Pod]) -> BTreeSet<String> {
 }
 
 async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<Requeue> {
-    // read (the pod store is fed by the controller's own pod stream: complete once it has listed)
-    if !crate::context::cache_ready(&ctx.stores.pods, "launcher pod").await {
+    // read (the pod store is fed by the controller's own pod stream, the DataVolume store by the VM controller's:
+    // complete once each has listed)
+    if !crate::context::cache_ready(&ctx.stores.pods, "launcher pod").await
+        || !crate::context::cache_ready(&ctx.stores.data_volumes, "DataVolume").await
+    {
         return Ok(Requeue::requeue(std::time::Duration::from_secs(1)));
     }
     let mut pods = cached_pods(ctx, vmi);

@@ -263,6 +263,26 @@ fn pod_volume(volume: &str) -> String {
     format!("vol-{volume}")
 }
 
+/// The launcher pod's `k8s.v1.cni.cncf.io/networks`: one entry per secondary Multus network (`networkName`
+/// `<namespace>/<name>` or `<name>` in the VMI's namespace), each on upstream's hashed pod interface name
+/// (`launcher::secondary_pod_interface`); `None` without secondary networks. A `default: true` Multus network
+/// replaces the pod network and is not listed here (the launcher refuses it).
+pub fn multus_networks(networks: &[crds::kubevirt::network::Network], vmi_namespace: &str) -> Option<String> {
+    let list: Vec<serde_json::Value> = networks
+        .iter()
+        .filter_map(|n| {
+            let m = n.multus.as_ref().filter(|m| m.default != Some(true))?;
+            let (ns, attachment) = m.network_name.split_once('/').unwrap_or((vmi_namespace, &m.network_name));
+            Some(serde_json::json!({
+                "name": attachment,
+                "namespace": ns,
+                "interface": contracts::kubevirt::launcher::secondary_pod_interface(&n.name),
+            }))
+        })
+        .collect();
+    (!list.is_empty()).then(|| serde_json::Value::Array(list).to_string())
+}
+
 /// Renders the launcher pod of `vmi`. `claims` maps each persistentVolumeClaim/dataVolume volume name to its
 /// resolved claim; a volume of those kinds missing from it is left out (the planner never renders a pod before
 /// every claim is resolved).
@@ -273,12 +293,15 @@ pub fn render(vmi: &VirtualMachineInstance, claims: &BTreeMap<String, Claim>, se
     let overhead = memory_overhead(vmi);
     let volumes_spec: &[Volume] = vmi.spec.volumes.as_deref().unwrap_or_default();
 
-    let annotations = BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         (ann::DOMAIN.to_owned(), name.clone()),
         (ann::DEFAULT_CONTAINER.to_owned(), paths::COMPUTE_CONTAINER.to_owned()),
         (ann::MIGRATION_TRANSPORT_UNIX.to_owned(), "true".to_owned()),
         (ann::MEMORY_OVERHEAD_BYTES.to_owned(), overhead.to_string()),
     ]);
+    if let Some(networks) = multus_networks(vmi.spec.networks.as_deref().unwrap_or_default(), &namespace) {
+        annotations.insert(ann::MULTUS_NETWORKS.to_owned(), networks);
+    }
 
     let mut volumes = vec![
         empty_dir("private"),
@@ -718,6 +741,30 @@ mod tests {
             sockets.and_then(|m| m.sub_path_expr).as_deref(),
             Some("$(KUBEVIRT_RS_NODE_NAME)/$(KUBEVIRT_RS_POD_UID)")
         );
+    }
+
+    #[test]
+    fn secondary_multus_networks_are_requested_on_upstreams_interface_names() {
+        let v = vmi(serde_json::json!({
+            "domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}, {"name": "ptp", "bridge": {}},
+                                                  {"name": "other", "bridge": {}}]}},
+            "networks": [{"name": "default", "pod": {}}, {"name": "ptp", "multus": {"networkName": "ptp-conf"}},
+                         {"name": "other", "multus": {"networkName": "infra/br"}}]
+        }));
+        let pod = render(&v, &BTreeMap::new(), &settings());
+        let anns = pod.metadata.annotations.clone().unwrap_or_default();
+        let list: serde_json::Value =
+            serde_json::from_str(anns.get(ann::MULTUS_NETWORKS).map(String::as_str).unwrap_or("null"))
+                .unwrap_or_default();
+        assert_eq!(
+            list,
+            serde_json::json!([
+                {"name": "ptp-conf", "namespace": v.namespace().unwrap_or_default(), "interface": "pode31d7ce2712"},
+                {"name": "br", "namespace": "infra",
+                 "interface": contracts::kubevirt::launcher::secondary_pod_interface("other")},
+            ])
+        );
+        assert!(!render(&ephemeral(), &BTreeMap::new(), &settings()).annotations().contains_key(ann::MULTUS_NETWORKS));
     }
 
     #[test]
