@@ -23,6 +23,7 @@ pub mod certs;
 mod install;
 pub mod kubevirt;
 pub mod manifests;
+pub mod metrics;
 mod object;
 pub mod pki;
 pub mod plan;
@@ -103,9 +104,11 @@ fn error_policy<K: kube::Resource>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) 
 
 /// Runs both reconcilers until `shutdown` resolves. A change of a Deployment or DaemonSet the operator manages
 /// (someone deleted virt-api, a rollout advanced) triggers the installation it belongs to.
+/// The leader's upstream metrics ([`metrics`]) are added to `late`.
 pub async fn run(
     client: kube::Client,
     settings: Settings,
+    late: controller_runtime::metrics::LateRegistry,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let managed = |manager: &str| watcher::Config::default().labels(&format!("{}={manager}", manifests::MANAGED_BY));
@@ -123,6 +126,7 @@ pub async fn run(
         events: Events::new(client.clone(), FIELD_MANAGER, settings.instance),
         policy: ErrorPolicy::new("virt-operator"),
     });
+    late.add(metrics::registry(ctx.cdis.clone()));
     let kv_refs = {
         let store = ctx.kubevirts.clone();
         move || store.state().iter().map(|k| ObjectRef::from_obj(&**k)).collect::<Vec<_>>()

@@ -74,5 +74,5 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ready.clone(),
     ));
     let settings = virt_operator::Settings { namespace, defaults, instance: std::env::var("POD_NAME").ok() };
-    run_as_leader(client.clone(), &lease, ready, |stop| virt_operator::run(client, settings, stop)).await
+    run_as_leader(client.clone(), &lease, ready, |stop| virt_operator::run(client, settings, late, stop)).await
 }

@@ -161,6 +161,8 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
         assert_eq!(leading.iter().sum::<f64>(), 1.0, "one {component} leads: {leading:?}");
         assert!(ready.iter().all(|r| *r == 1.0), "{component}: {ready:?}");
     }
+    let cdi_ready: Vec<f64> = per_pod.iter().filter_map(|(_, t)| sample(t, "kubevirt_cdi_cr_ready", &[])).collect();
+    assert_eq!(cdi_ready, [1.0], "the leading operator reports the CDI installation ready: {per_pod:?}");
     let first = kv_metrics().await?;
     let received = sample(&first, "kubevirt_vmi_network_receive_bytes_total", &rx)
         .unwrap_or_else(|| panic!("no network sample for the VM on {node}:\n{first}"));
