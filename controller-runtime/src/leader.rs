@@ -38,29 +38,15 @@ pub fn role_metrics(
     leading: Arc<AtomicBool>,
     ready: Arc<AtomicBool>,
 ) -> crate::metrics::Registry {
-    let mut registry = crate::metrics::Registry::unprefixed();
-    registry.register_collector(RoleCollector { leading_name, ready_name, leading, ready });
-    registry
-}
-
-#[derive(Debug)]
-struct RoleCollector {
-    leading_name: &'static str,
-    ready_name: &'static str,
-    leading: Arc<AtomicBool>,
-    ready: Arc<AtomicBool>,
-}
-
-impl prometheus_client::collector::Collector for RoleCollector {
-    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use crate::metrics::Computed;
+    use crate::metrics::Computed;
+    crate::metrics::Registry::computed(move || {
         let flag = |f: &AtomicBool| if f.load(Ordering::Relaxed) { 1.0 } else { 0.0 };
-        let mut leading = Computed::gauge(self.leading_name, "Indication for an operating replica (it leads).");
-        leading.add(Vec::new(), flag(&self.leading));
-        let mut ready = Computed::gauge(self.ready_name, "Indication for a replica that is ready to take the lead.");
-        ready.add(Vec::new(), flag(&self.ready));
-        crate::metrics::encode_computed(&mut encoder, &[leading, ready])
-    }
+        let mut l = Computed::gauge(leading_name, "Indication for an operating replica (it leads).");
+        l.add(Vec::new(), flag(&leading));
+        let mut r = Computed::gauge(ready_name, "Indication for a replica that is ready to take the lead.");
+        r.add(Vec::new(), flag(&ready));
+        vec![l, r]
+    })
 }
 
 /// A future that resolves when the work must stop.

@@ -146,9 +146,36 @@ impl Computed {
     }
 }
 
-/// Encodes `families` for a `prometheus_client` collector; empty families are left out. A counter's descriptor
-/// is its name without `_total` (the text format appends it to the samples), so samples carry upstream's name.
-pub fn encode_computed(
+/// Families computed at every scrape by a closure (the one collector behind [`Registry::computed`]).
+struct ComputedCollector<F>(F);
+
+impl<F> std::fmt::Debug for ComputedCollector<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ComputedCollector")
+    }
+}
+
+impl<F: Fn() -> Vec<Computed> + Send + Sync + 'static> prometheus_client::collector::Collector
+    for ComputedCollector<F>
+{
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        encode_computed(&mut encoder, &(self.0)())
+    }
+}
+
+impl Registry {
+    /// An unprefixed registry whose metrics are the families `compute` returns at every scrape (from caches,
+    /// flags or a refreshed reading), under their full upstream names.
+    pub fn computed(compute: impl Fn() -> Vec<Computed> + Send + Sync + 'static) -> Registry {
+        let mut r = Registry::unprefixed();
+        r.register_collector(ComputedCollector(compute));
+        r
+    }
+}
+
+/// Encodes `families`; empty families are left out. A counter's descriptor is its name without `_total` (the text
+/// format appends it to the samples), so samples carry upstream's name.
+fn encode_computed(
     encoder: &mut prometheus_client::encoding::DescriptorEncoder,
     families: &[Computed],
 ) -> Result<(), std::fmt::Error> {
@@ -259,15 +286,6 @@ mod tests {
         assert!(text.contains("test_api_requests_total 1"), "{text}");
     }
 
-    #[derive(Debug)]
-    struct Fixed(Vec<Computed>);
-
-    impl prometheus_client::collector::Collector for Fixed {
-        fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
-            encode_computed(&mut encoder, &self.0)
-        }
-    }
-
     #[test]
     fn computed_families_render_under_their_full_names() {
         let mut g = Computed::gauge("x_bytes", "A gauge.");
@@ -278,9 +296,8 @@ mod tests {
         let empty = Computed::gauge("x_none", "Nothing.");
         assert_eq!(g.value(&[("name", "a")]), Some(2.5));
         assert_eq!(g.value(&[("name", "b")]), None);
-        let mut r = Registry::unprefixed();
-        r.register_collector(Fixed(vec![g, c, empty]));
-        let text = r.render();
+        let families = vec![g, c, empty];
+        let text = Registry::computed(move || families.clone()).render();
         assert!(text.contains("# TYPE x_bytes gauge\n"), "{text}");
         assert!(text.contains("\nx_bytes{name=\"a\"} 2.5\n"), "{text}");
         assert!(text.contains("# TYPE x_requests counter\n"), "{text}");

@@ -19,20 +19,19 @@
 //!
 //! [`families`] is pure (table-tested). [`Sampler::refresh`] reads every running VMI of the node (at most
 //! [`CONCURRENCY`] at once, each bounded by [`TIMEOUT`]; a launcher that does not answer is left out of that
-//! scrape) and [`Collector`] renders the last reading.
+//! scrape) and [`registry`] renders the last reading.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use contracts::kubevirt::launcher::{self, SocketDir};
-use controller_runtime::metrics::{Computed, LateRegistry, Registry, encode_computed};
+use controller_runtime::metrics::{Computed, LateRegistry, Registry};
 use crds::kubevirt::VirtualMachineInstance;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::libvirt::{DomainStats, Libvirt};
 
@@ -144,6 +143,7 @@ pub fn families(node: &str, vmis: &[VmiStats]) -> Vec<Computed> {
             l.extend(v.labels.iter().map(|(k, val)| (vmi_label(k), val.clone())));
             l
         };
+        let plain = base(None);
         let s = &v.stats;
         let m = &s.memory;
         let values = [
@@ -161,13 +161,13 @@ pub fn families(node: &str, vmis: &[VmiStats]) -> Vec<Computed> {
         ];
         for (family, value) in mem.iter_mut().zip(values) {
             if let Some(value) = value {
-                family.add(base(None), value as f64);
+                family.add(plain.clone(), value as f64);
             }
         }
-        cpu[0].add(base(None), s.cpu_total);
+        cpu[0].add(plain.clone(), s.cpu_total);
         if let Some((user, system)) = s.cpu_user_system {
-            cpu[1].add(base(None), user);
-            cpu[2].add(base(None), system);
+            cpu[1].add(plain.clone(), user);
+            cpu[2].add(plain.clone(), system);
         }
         for (name, i) in &s.interfaces {
             let values = [
@@ -180,27 +180,29 @@ pub fn families(node: &str, vmis: &[VmiStats]) -> Vec<Computed> {
                 i.tx_errors,
                 i.tx_dropped,
             ];
+            let labels = base(Some(("interface", name)));
             for (family, value) in net.iter_mut().zip(values) {
-                family.add(base(Some(("interface", name))), value as f64);
+                family.add(labels.clone(), value as f64);
             }
         }
         for (name, b) in &s.disks {
             let values = [b.read_bytes, b.write_bytes, b.read_requests, b.write_requests];
+            let labels = base(Some(("drive", name)));
             for (family, value) in storage.iter_mut().zip(values) {
-                family.add(base(Some(("drive", name))), value as f64);
+                family.add(labels.clone(), value as f64);
             }
         }
         if let Some(j) = &s.migration {
             let values = [j.total, j.processed, j.remaining];
             for (family, value) in migration.iter_mut().zip(values) {
-                family.add(base(None), value as f64);
+                family.add(plain.clone(), value as f64);
             }
         }
     }
     [mem.as_slice(), &cpu, &net, &storage, &migration].concat()
 }
 
-/// Reads the counters of the node's VMIs and keeps the last reading for [`Collector`].
+/// Reads the counters of the node's VMIs and keeps the last reading for [`registry`].
 pub struct Sampler {
     node: String,
     vmis: Store<VirtualMachineInstance>,
@@ -266,27 +268,15 @@ impl Sampler {
     }
 }
 
-/// Renders [`families`] of the sampler's last reading.
-pub struct Collector(pub Arc<Sampler>);
-
-impl std::fmt::Debug for Collector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("domainstats::Collector")
-    }
-}
-
-impl prometheus_client::collector::Collector for Collector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        encode_computed(&mut encoder, &families(&self.0.node, &self.0.last()))
-    }
+/// The registry rendering [`families`] of the sampler's last reading.
+pub fn registry(sampler: Arc<Sampler>) -> Registry {
+    Registry::computed(move || families(&sampler.node, &sampler.last()))
 }
 
 /// Registers the domain metrics of `sampler` in `late`: each scrape reads the node's domains, then renders.
 pub fn register(late: &LateRegistry, sampler: Arc<Sampler>) {
-    let mut registry = Registry::unprefixed();
-    registry.register_collector(Collector(sampler.clone()));
     late.add_with_refresh(
-        registry,
+        registry(sampler.clone()),
         Box::new(move || {
             let sampler = sampler.clone();
             Box::pin(async move { sampler.refresh().await })
@@ -372,9 +362,7 @@ mod tests {
         let sampler = Arc::new(Sampler::new("n1".into(), vmis, pods));
         *sampler.last.lock().unwrap_or_else(|p| p.into_inner()) =
             vec![vmi("a", DomainStats { memory_domain: 1024, cpu_total: 1.0, ..Default::default() })];
-        let mut r = Registry::unprefixed();
-        r.register_collector(Collector(sampler));
-        let text = r.render();
+        let text = registry(sampler).render();
         assert!(text.contains("# TYPE kubevirt_vmi_cpu_usage_seconds counter"), "{text}");
         assert!(
             text.contains(

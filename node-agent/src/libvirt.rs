@@ -541,11 +541,12 @@ impl Domain {
         let ns = |v: Option<u64>| v.map(|ns| ns as f64 / 1e9);
         let cpu = self.dom.cpu_stats(-1, 1, 0).ok().and_then(|v| v.into_iter().next());
         let (disks, nics) = devices(&xml);
+        // libvirt's counters are signed; a negative one (not reported) reads as 0.
+        let u = |v: i64| u64::try_from(v).unwrap_or(0);
         let disks = disks
             .into_iter()
             .filter_map(|(name, target)| {
                 let b = self.dom.block_stats(&target).ok()?;
-                let u = |v: i64| u64::try_from(v).unwrap_or(0);
                 Some((
                     name,
                     BlockCounters {
@@ -561,7 +562,6 @@ impl Domain {
             .into_iter()
             .filter_map(|(name, target)| {
                 let i = self.dom.interface_stats(&target).ok()?;
-                let u = |v: i64| u64::try_from(v).unwrap_or(0);
                 Some((
                     name,
                     InterfaceCounters {

@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use controller_runtime::metrics::{Computed, Registry, encode_computed};
+use controller_runtime::metrics::{Computed, Registry};
 use crds::cdi::CDI;
 use crds::kubevirt::vmi::ConditionStatus;
 use kube::runtime::reflector::Store;
-use prometheus_client::encoding::DescriptorEncoder;
 
 /// Upstream's name.
 pub const CDI_CR_READY: &str = "kubevirt_cdi_cr_ready";
@@ -26,25 +25,9 @@ pub fn cdi_cr_ready(cdis: &[Arc<CDI>]) -> Computed {
     g
 }
 
-struct Collector(Store<CDI>);
-
-impl std::fmt::Debug for Collector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("cdi::Collector")
-    }
-}
-
-impl prometheus_client::collector::Collector for Collector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        encode_computed(&mut encoder, &[cdi_cr_ready(&self.0.state())])
-    }
-}
-
 /// A registry with [`CDI_CR_READY`] over `cdis`.
 pub fn registry(cdis: Store<CDI>) -> Registry {
-    let mut r = Registry::unprefixed();
-    r.register_collector(Collector(cdis));
-    r
+    Registry::computed(move || vec![cdi_cr_ready(&cdis.state())])
 }
 
 #[cfg(test)]

@@ -143,10 +143,7 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
     let web = [("namespace", env.ns.name()), ("name", "web")];
     let node = vmi.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
     let rx = [web[0], web[1], ("interface", "default"), ("node", node.as_str())];
-    let kv_metrics = || async {
-        let all = scrape_service(&client, NAMESPACE, "kubevirt-prometheus-metrics").await?;
-        Ok::<_, kube_test_support::Error>(all.into_iter().map(|(_, text)| text).collect::<Vec<_>>().join("\n"))
-    };
+    let joined = |all: &[(String, String)]| all.iter().map(|(_, text)| text.as_str()).collect::<Vec<_>>().join("\n");
     // Every controller and operator replica reports its role; exactly one of each leads.
     let per_pod = scrape_service(&client, NAMESPACE, "kubevirt-prometheus-metrics").await?;
     for component in ["controller", "operator"] {
@@ -163,7 +160,7 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
     }
     let cdi_ready: Vec<f64> = per_pod.iter().filter_map(|(_, t)| sample(t, "kubevirt_cdi_cr_ready", &[])).collect();
     assert_eq!(cdi_ready, [1.0], "the leading operator reports the CDI installation ready: {per_pod:?}");
-    let first = kv_metrics().await?;
+    let first = joined(&per_pod);
     let received = sample(&first, "kubevirt_vmi_network_receive_bytes_total", &rx)
         .unwrap_or_else(|| panic!("no network sample for the VM on {node}:\n{first}"));
     for (name, at_least) in [
@@ -182,7 +179,7 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
     for _ in 0..5 {
         http_get(&ip).await?;
     }
-    let again = kv_metrics().await?;
+    let again = joined(&scrape_service(&client, NAMESPACE, "kubevirt-prometheus-metrics").await?);
     let received_after = sample(&again, "kubevirt_vmi_network_receive_bytes_total", &rx).unwrap_or_default();
     assert!(received_after > received, "the guest's HTTP answers are not counted: {received} → {received_after}");
     let cdi_metrics = scrape_service(&client, "cdi", "cdi-prometheus-metrics").await?;

@@ -99,13 +99,7 @@ pub async fn run_controllers(
     let vm_controller = Controller::new(Api::<VirtualMachine>::all(client.clone()), all())
         .owns_stream(vmi_events)
         .owns_stream(dv_events);
-    let mut upstream = controller_runtime::metrics::Registry::unprefixed();
-    upstream.register_collector(metrics::CacheCollector {
-        vmis: ctx.stores.vmis.clone(),
-        migrations: ctx.stores.migrations.clone(),
-        vms: vm_controller.store(),
-    });
-    late.add(upstream);
+    late.add(metrics::registry(ctx.stores.vmis.clone(), ctx.stores.migrations.clone(), vm_controller.store()));
     // The pod, VMI and DataVolume stores fill as the controllers drive their streams; reconciles wait for their
     // first lists.
     tracing::info!("VM, VMIRS and VMI controllers running");

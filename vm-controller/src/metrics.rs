@@ -8,17 +8,16 @@
 //! | `kubevirt_vmi_migration_succeeded` / `kubevirt_vmi_migration_failed` | `vmi`, `vmim`, `namespace` | 1 per finished VMIM |
 //! | `kubevirt_number_of_vms` | `namespace` | VirtualMachines |
 //!
-//! A label without a value is `<none>`, as upstream. [`gauges`] is pure (table-tested); [`CacheCollector`] feeds
+//! A label without a value is `<none>`, as upstream. [`gauges`] is pure (table-tested); [`registry`] feeds
 //! it from the caches.
 
 use std::sync::Arc;
 
-use controller_runtime::metrics::{Computed, encode_computed};
+use controller_runtime::metrics::Computed;
 use crds::kubevirt::migration::MigrationPhase;
 use crds::kubevirt::{VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration};
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use prometheus_client::encoding::DescriptorEncoder;
 
 /// A label value that is not set.
 const NONE: &str = "<none>";
@@ -110,26 +109,13 @@ pub fn gauges(
     vec![phases, unset, pending, scheduling, running, succeeded, failed, per_namespace]
 }
 
-/// A Prometheus collector over the controller's caches: [`gauges`] at every scrape.
-pub struct CacheCollector {
-    /// Every VMI.
-    pub vmis: Store<VirtualMachineInstance>,
-    /// Every VirtualMachineInstanceMigration.
-    pub migrations: Store<VirtualMachineInstanceMigration>,
-    /// Every VirtualMachine.
-    pub vms: Store<VirtualMachine>,
-}
-
-impl std::fmt::Debug for CacheCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CacheCollector")
-    }
-}
-
-impl prometheus_client::collector::Collector for CacheCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        encode_computed(&mut encoder, &gauges(&self.vmis.state(), &self.migrations.state(), &self.vms.state()))
-    }
+/// The registry of [`gauges`] over the controller's caches (every VMI, VMIM and VM), computed at every scrape.
+pub fn registry(
+    vmis: Store<VirtualMachineInstance>,
+    migrations: Store<VirtualMachineInstanceMigration>,
+    vms: Store<VirtualMachine>,
+) -> controller_runtime::metrics::Registry {
+    controller_runtime::metrics::Registry::computed(move || gauges(&vmis.state(), &migrations.state(), &vms.state()))
 }
 
 #[cfg(test)]
@@ -220,9 +206,7 @@ mod tests {
         w.apply_watcher_event(&kube::runtime::watcher::Event::Apply(vmi.as_ref().clone()));
         let (migrations, _) = kube::runtime::reflector::store();
         let (vms, _) = kube::runtime::reflector::store();
-        let mut r = controller_runtime::metrics::Registry::unprefixed();
-        r.register_collector(CacheCollector { vmis, migrations, vms });
-        let text = r.render();
+        let text = registry(vmis, migrations, vms).render();
         assert!(text.contains("# TYPE kubevirt_vmi_phase_count gauge"), "{text}");
         assert!(text.contains("kubevirt_vmi_phase_count{node=\"node1\",phase=\"running\",os=\"<none>\""), "{text}");
         assert!(text.contains("kubevirt_vmi_migrations_in_running_phase 0"), "{text}");

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube_test_support::{Error, Result, TestCluster, apply_yaml, host_url, poll_until};
-use stack_support::vmi::{VmiEnv, http_get, vmi_ip};
+use stack_support::vmi::{VmiEnv, http_get, pgrep, vmi_ip};
 use stack_support::{guest_qcow2_url, upstream_example};
 
 /// The processes killed, by the pattern `pgrep -f` finds them with (their command lines in `deploy/` and the
@@ -49,11 +49,6 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % below.max(1)
     }
-}
-
-fn pgrep(pattern: &str) -> Vec<String> {
-    let out = std::process::Command::new("pgrep").args(["-f", pattern]).output();
-    out.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
 }
 
 fn err(msg: impl Into<String>) -> Error {

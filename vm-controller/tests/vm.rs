@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_test_support::{Error, Result, cluster_dir, poll_object, poll_until};
-use stack_support::vmi::{MARKER, VmiEnv, stack_ready};
+use stack_support::vmi::{MARKER, VmiEnv, pgrep, stack_ready};
 use stack_support::{local_images, upstream_example};
 use vm_controller::vm::plan::firmware_uuid;
 
@@ -868,11 +868,6 @@ impl Drop for Frozen {
             let _ = std::process::Command::new("kill").args(["-CONT", pid]).status();
         }
     }
-}
-
-fn pgrep(pattern: &str) -> Vec<String> {
-    let out = std::process::Command::new("pgrep").args(["-f", pattern]).output();
-    out.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
 }
 
 /// The node's Ready condition status (`None`: no condition).

@@ -96,6 +96,13 @@ pub async fn http_get_url(url: &str) -> Result<String> {
     .await
 }
 
+/// The host PIDs of the processes whose command line matches `pattern` (`pgrep -f`; none when pgrep finds
+/// none or is missing). The test cluster's containers run on this host, so their processes are here too.
+pub fn pgrep(pattern: &str) -> Vec<String> {
+    let out = std::process::Command::new("pgrep").args(["-f", pattern]).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
+}
+
 impl VmiEnv {
     /// `bin` (a virtctl, upstream's or ours) with `args`, pointed at the test cluster and namespace.
     pub fn virtctl_command(&self, bin: &std::path::Path, args: &[&str]) -> std::process::Command {
