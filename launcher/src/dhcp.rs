@@ -43,8 +43,13 @@ pub struct Lease {
     pub address: Ipv4Addr,
     /// Its prefix length.
     pub prefix: u8,
-    /// The router, which is also the server's identifier (the bridge's address).
-    pub router: Ipv4Addr,
+    /// The server's identifier (option 54): the bridge's address, where the guest's requests come from.
+    pub server: Ipv4Addr,
+    /// The router (option 3); none on a secondary network without a default route.
+    pub router: Option<Ipv4Addr>,
+    /// Classless static routes (option 121, RFC 3442), a default route included when there is one: a client
+    /// that takes them ignores option 3.
+    pub routes: Vec<(ipnet::Ipv4Net, Ipv4Addr)>,
     /// Name servers (option 6).
     pub dns: Vec<Ipv4Addr>,
     /// Search domains (option 119).
@@ -129,7 +134,7 @@ pub fn answer(lease: &Lease, packet: &[u8]) -> Result<Reply, Ignored> {
     match kind {
         Some(MessageType::Discover) => Ok(reply(lease, &req, MessageType::Offer)),
         Some(MessageType::Request) => {
-            if let Some(s) = server.filter(|s| *s != lease.router) {
+            if let Some(s) = server.filter(|s| *s != lease.server) {
                 return Err(Ignored::OtherServer(s));
             }
             // SELECTING / INIT-REBOOT name the address in option 50; RENEWING / REBINDING in ciaddr.
@@ -156,7 +161,7 @@ fn reply(lease: &Lease, req: &Message, kind: MessageType) -> Reply {
         .set_chaddr(&lease.mac);
     let opts = m.opts_mut();
     opts.insert(DhcpOption::MessageType(kind));
-    opts.insert(DhcpOption::ServerIdentifier(lease.router));
+    opts.insert(DhcpOption::ServerIdentifier(lease.server));
     if kind != MessageType::Nak {
         if inform {
             // RFC 2131 table 3: an ACK to INFORM carries no address and no lease time.
@@ -172,7 +177,12 @@ fn reply(lease: &Lease, req: &Message, kind: MessageType) -> Reply {
             opts.insert(DhcpOption::AddressLeaseTime(lease.lease_secs));
         }
         opts.insert(DhcpOption::SubnetMask(netmask(lease.prefix)));
-        opts.insert(DhcpOption::Router(vec![lease.router]));
+        if let Some(router) = lease.router {
+            opts.insert(DhcpOption::Router(vec![router]));
+        }
+        if !lease.routes.is_empty() {
+            opts.insert(DhcpOption::ClasslessStaticRoute(lease.routes.clone()));
+        }
         opts.insert(DhcpOption::InterfaceMtu(lease.mtu));
         if !lease.dns.is_empty() {
             opts.insert(DhcpOption::DomainNameServer(lease.dns.clone()));
@@ -335,7 +345,9 @@ pub(crate) mod tests {
             mac: MAC,
             address: Ipv4Addr::new(10, 0, 2, 2),
             prefix: 24,
-            router: Ipv4Addr::new(10, 0, 2, 1),
+            server: Ipv4Addr::new(10, 0, 2, 1),
+            router: Some(Ipv4Addr::new(10, 0, 2, 1)),
+            routes: vec![],
             dns: vec![Ipv4Addr::new(10, 96, 0, 10)],
             search: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into()],
             hostname: "testvmi".into(),
@@ -386,10 +398,10 @@ pub(crate) mod tests {
         let o = m.opts();
         let want = [
             DhcpOption::MessageType(MessageType::Offer),
-            DhcpOption::ServerIdentifier(l.router),
+            DhcpOption::ServerIdentifier(l.server),
             DhcpOption::AddressLeaseTime(86400),
             DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)),
-            DhcpOption::Router(vec![l.router]),
+            DhcpOption::Router(vec![l.server]),
             DhcpOption::InterfaceMtu(1450),
             DhcpOption::DomainNameServer(l.dns.clone()),
             DhcpOption::Hostname("testvmi".into()),
@@ -408,12 +420,35 @@ pub(crate) mod tests {
         Ok(())
     }
 
+    /// A secondary network's lease (bridge binding): the server is the bridge's link-local address, the router is
+    /// left out and the pod interface's routes go as classless static routes.
+    #[test]
+    fn a_secondary_lease_has_routes_and_no_router() -> Result<(), String> {
+        let mut l = lease();
+        l.address = Ipv4Addr::new(10, 1, 1, 5);
+        l.server = Ipv4Addr::new(169, 254, 75, 11);
+        l.router = None;
+        let net: ipnet::Ipv4Net = "10.1.0.0/16".parse().map_err(|e: ipnet::AddrParseError| e.to_string())?;
+        l.routes = vec![(net, Ipv4Addr::new(10, 1, 1, 1))];
+        let r = answer(&l, &request(MessageType::Discover, MAC, NONE, vec![])).map_err(|e| e.to_string())?;
+        let m = decode(&r)?;
+        assert_eq!(m.yiaddr(), l.address);
+        let o = m.opts();
+        assert_eq!(o.get(OptionCode::ServerIdentifier), Some(&DhcpOption::ServerIdentifier(l.server)));
+        assert_eq!(o.get(OptionCode::Router), None);
+        assert_eq!(o.get(OptionCode::ClasslessStaticRoute), Some(&DhcpOption::ClasslessStaticRoute(l.routes.clone())));
+        let selecting = vec![DhcpOption::RequestedIpAddress(l.address), DhcpOption::ServerIdentifier(l.server)];
+        let r = answer(&l, &request(MessageType::Request, MAC, NONE, selecting)).map_err(|e| e.to_string())?;
+        assert_eq!(r.kind, MessageType::Ack);
+        Ok(())
+    }
+
     #[test]
     fn requests_are_acked_for_the_lease_and_refused_for_other_addresses() -> Result<(), String> {
         let l = lease();
         let ask = |extra, ciaddr| answer(&l, &request(MessageType::Request, MAC, ciaddr, extra));
         // SELECTING: option 50 and our server identifier.
-        let r = ask(vec![DhcpOption::RequestedIpAddress(l.address), DhcpOption::ServerIdentifier(l.router)], NONE)
+        let r = ask(vec![DhcpOption::RequestedIpAddress(l.address), DhcpOption::ServerIdentifier(l.server)], NONE)
             .map_err(|e| e.to_string())?;
         assert_eq!((r.kind, r.to.ip()), (MessageType::Ack, &Ipv4Addr::BROADCAST));
         assert_eq!(decode(&r)?.yiaddr(), l.address);
@@ -446,7 +481,7 @@ pub(crate) mod tests {
         let m = decode(&r)?;
         assert_eq!((m.yiaddr(), m.ciaddr()), (NONE, l.address));
         assert_eq!(m.opts().get(OptionCode::AddressLeaseTime), None);
-        assert_eq!(m.opts().get(OptionCode::Router), Some(&DhcpOption::Router(vec![l.router])));
+        assert_eq!(m.opts().get(OptionCode::Router), Some(&DhcpOption::Router(vec![l.server])));
         Ok(())
     }
 

@@ -187,7 +187,8 @@ const LIBVIRTD_STOP: Duration = Duration::from_secs(10);
 struct Running {
     reaper: reaper::Reaper,
     libvirtd: libvirtd::Libvirtd,
-    network: Option<network::Applied>,
+    /// The guests' DHCP servers, one per interface that gets an address.
+    dhcp: Vec<dhcp::DhcpServer>,
     grace: Duration,
 }
 
@@ -297,21 +298,24 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
         state_dir: layout.at(launcher::network_state_dir()),
         tap_owner: files::qemu_owner(),
     };
-    let (links, dhcp_socket) = if root {
+    let done = if root {
         let (n, v, host, l) = (net_plan.clone(), plans.clone(), host.clone(), layout.clone());
-        let done = tokio::task::spawn_blocking(move || setup::privileged(&n, &v, &host, &l))
+        tokio::task::spawn_blocking(move || setup::privileged(&n, &v, &host, &l))
             .await
             .map_err(|source| Error::Task { step: "the privileged set-up", source })?
-            .map_err(Error::Setup)?;
-        (done.links, done.dhcp)
+            .map_err(Error::Setup)?
     } else if setup::needed(&net_plan, &plans) {
         let socket = layout.at(sockets.setup_socket());
         tracing::info!(socket = %socket.display(), "waiting for the node agent's set-up");
         let (reply, dhcp) = setup::from_node_agent(&socket, config.setup_timeout).await.map_err(Error::Setup)?;
         tracing::info!(summary = reply.summary, "the node agent set up the pod");
-        (reply.mtu.map(|mtu| network::Links { summary: reply.summary, mtu }), dhcp)
+        setup::Done {
+            links: reply.mtu.map(|mtu| network::Links { summary: reply.summary, mtu }),
+            secondary: reply.secondary,
+            dhcp,
+        }
     } else {
-        (None, None)
+        setup::Done::default()
     };
 
     // 3. Disks.
@@ -324,21 +328,8 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     .map_err(|source| Error::Task { step: "preparing the disks", source })?
     .map_err(Error::Disks)?;
 
-    // 4. The guest's DHCP server, on the socket the set-up bound.
-    let network = match (net_plan, links, dhcp_socket) {
-        (network::Plan::None, _, _) => None,
-        (network::Plan::Masquerade(m), Some(links), Some(socket)) => {
-            let dhcp = network::serve_dhcp(&m, links.mtu, &host, socket).map_err(Error::Network)?;
-            tracing::info!("{}", links.summary);
-            prepared.pod_interface_mtu = Some(links.mtu);
-            Some(network::Applied { dhcp, summary: links.summary, mtu: links.mtu })
-        }
-        (network::Plan::Masquerade(_), _, _) => {
-            return Err(Error::Setup(setup::Error::Refused(
-                "the set-up left the masquerade binding without a DHCP socket".into(),
-            )));
-        }
-    };
+    // 4. The guest's DHCP servers, on the sockets the set-up bound.
+    let dhcp = serve_dhcp(&net_plan, done, &host, &mut prepared)?;
 
     // 5. libvirtd, the serial log's directory, ready.
     let reaper = reaper::Reaper::start([]).map_err(Error::Reaper)?;
@@ -387,7 +378,46 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     tracing::info!(ready = %ready.display(), "the pod is ready for the node agent");
     warm_up_libvirt(config, &reaper, &socket_dir);
     let grace = shutdown::grace_period(spec.termination_grace_period_seconds);
-    Ok(Running { reaper, libvirtd, network, grace })
+    Ok(Running { reaper, libvirtd, dhcp, grace })
+}
+
+/// Starts a DHCP server for every interface of `plan` that gets an address, on the sockets the set-up bound
+/// (`done`), and records the MTUs the domain's NICs take.
+fn serve_dhcp(
+    plan: &network::Plan,
+    mut done: setup::Done,
+    host: &network::Host,
+    prepared: &mut launcher::Prepared,
+) -> Result<Vec<dhcp::DhcpServer>, Error> {
+    let missing = |what: String| Error::Setup(setup::Error::Refused(format!("the set-up left {what}")));
+    let mut socket = |interface: &str| {
+        let i = done.dhcp.iter().position(|(name, _)| name == interface);
+        i.map(|i| done.dhcp.swap_remove(i).1)
+    };
+    let mut servers = Vec::new();
+    if let Some(m) = &plan.pod {
+        let links = done.links.as_ref().ok_or_else(|| missing(String::from("the masquerade binding unset")))?;
+        let s = socket(&m.interface)
+            .ok_or_else(|| missing(format!("interface {:?} without a DHCP socket", m.interface)))?;
+        servers.push(network::serve_dhcp(m, links.mtu, host, s).map_err(Error::Network)?);
+        tracing::info!("{}", links.summary);
+        prepared.pod_interface_mtu = Some(links.mtu);
+    }
+    for b in &plan.secondary {
+        let link = done
+            .secondary
+            .iter()
+            .find(|l| l.interface == b.interface)
+            .ok_or_else(|| missing(format!("interface {:?} without its bridge", b.interface)))?;
+        if link.address.is_some() {
+            let s = socket(&b.interface)
+                .ok_or_else(|| missing(format!("interface {:?} without a DHCP socket", b.interface)))?;
+            servers.extend(network::serve_bridge_dhcp(b, link, host, s).map_err(Error::Network)?);
+        }
+        tracing::info!("{}", network::bridge_summary(b, link));
+        prepared.secondary_mtus.insert(b.interface.clone(), link.mtu);
+    }
+    Ok(servers)
 }
 
 /// The first call to a fresh libvirtd probes QEMU's capabilities (0.7–0.9 s under TCG here). Started as soon as
@@ -419,8 +449,7 @@ fn warm_up_libvirt(config: &Config, reaper: &reaper::Reaper, socket_dir: &Path) 
 async fn serve(config: &Config, running: &mut Running, terminate: impl Future<Output = ()>) -> Result<Outcome, Error> {
     let sockets = SocketDir::in_pod();
     let done = config.layout.at(sockets.done());
-    let dhcp = running.network.as_ref().map(|n| &n.dhcp);
-    let event = libvirtd::supervise(&mut running.libvirtd, &done, dhcp, terminate).await;
+    let event = libvirtd::supervise(&mut running.libvirtd, &done, &running.dhcp, terminate).await;
     let outcome = match event {
         libvirtd::Event::LibvirtdExited(Ok(status)) => return Err(Error::LibvirtdExited(status)),
         libvirtd::Event::LibvirtdExited(Err(e)) => return Err(Error::Libvirtd(e)),

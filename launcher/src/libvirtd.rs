@@ -300,7 +300,7 @@ const POLL: Duration = Duration::from_millis(250);
 pub async fn supervise(
     libvirtd: &mut Libvirtd,
     done_file: &Path,
-    dhcp: Option<&DhcpServer>,
+    dhcp: &[DhcpServer],
     terminate: impl Future<Output = ()>,
 ) -> Event {
     tokio::pin!(terminate);
@@ -313,7 +313,7 @@ pub async fn supervise(
                 if tokio::fs::try_exists(done_file).await.unwrap_or(false) {
                     return Event::Done;
                 }
-                if let Some(message) = dhcp.and_then(DhcpServer::exited) {
+                if let Some(message) = dhcp.iter().find_map(DhcpServer::exited) {
                     return Event::DhcpExited(message);
                 }
             }

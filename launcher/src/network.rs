@@ -10,8 +10,20 @@
 //!          hostname
 //! ```
 //!
-//! Only the masquerade binding on the pod network is implemented: the bridge binding (the pod IP moved to the
-//! guest) and Multus networks are refused with an error naming the interface or network.
+//!
+//! Secondary (Multus) networks get upstream's bridge binding ([`apply_bridge`]): the pod interface Multus created
+//! (`pod<hash>`, named by the VMI controller) becomes a port of an in-pod bridge beside the guest's tap, and its
+//! IPv4 address, taken off it, is what the guest gets by DHCP:
+//!
+//! ```text
+//!  CNI (ptp, bridge, …) ── <hash>-nic (was pod<hash>, no address) ─┐
+//!                          k6t-<hash> (bridge, 169.254.75.1<index>/32: the DHCP server's address)
+//!                          tap<hash> (owned by qemu 107) ── guest, DHCP: the pod interface's address, its routes
+//!                                                           (option 121), the pod's DNS, the MTU
+//! ```
+//!
+//! Not implemented, and refused with an error naming the interface or network: the bridge binding on the pod
+//! network (the pod IP moved to the guest), Multus default networks, DRA networks, other bindings.
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -20,8 +32,8 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use contracts::kubevirt::launcher::{
-    MASQUERADE_GATEWAY, MASQUERADE_GATEWAY_MAC, MASQUERADE_GUEST, MASQUERADE_NFT_TABLE, MASQUERADE_PREFIX, POD_BRIDGE,
-    POD_INTERFACE, POD_TAP, derived_mac,
+    self as contract, MASQUERADE_GATEWAY, MASQUERADE_GATEWAY_MAC, MASQUERADE_GUEST, MASQUERADE_NFT_TABLE,
+    MASQUERADE_PREFIX, POD_BRIDGE, POD_INTERFACE, POD_TAP, Route, SecondaryLink, derived_mac,
 };
 use crds::kubevirt::VirtualMachineInstanceSpec;
 use crds::kubevirt::domain::{Interface, Protocol};
@@ -39,13 +51,55 @@ pub fn hostname(spec: &VirtualMachineInstanceSpec, vmi_name: &str) -> String {
     spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| vmi_name.to_owned())
 }
 
-/// What the pod network needs.
+/// What the VMI's networks need in the pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The masquerade binding of the pod-network interface; none without one.
+    pub pod: Option<Masquerade>,
+    /// The bridge bindings of the secondary (Multus) interfaces, in the spec's order.
+    pub secondary: Vec<Bridge>,
+}
+
+impl Plan {
+    /// Nothing to set up.
+    pub fn is_empty(&self) -> bool {
+        self.pod.is_none() && self.secondary.is_empty()
+    }
+}
+
+/// What the guest's DHCP server says beside the addresses, for one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
-    /// No pod-network interface: nothing to do.
-    None,
-    /// The masquerade binding.
-    Masquerade(Masquerade),
+pub struct GuestDhcp {
+    /// The guest's MAC (`aa:bb:…`, lower case): the spec's, else the contract's derived one (the node agent puts
+    /// the same into the domain). Its lease is static.
+    pub mac: String,
+    /// The hostname offered by DHCP; empty: none.
+    pub hostname: String,
+    /// DHCP boot file (option 67).
+    pub boot_file: Option<String>,
+    /// DHCP TFTP server (option 66).
+    pub tftp_server: Option<String>,
+    /// DHCP NTP servers (option 42).
+    pub ntp_servers: Vec<Ipv4Addr>,
+}
+
+/// The bridge binding of a secondary (Multus) interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bridge {
+    /// The spec's interface (and network) name.
+    pub interface: String,
+    /// The pod interface Multus created ([`contract::secondary_pod_interface`]).
+    pub pod_interface: String,
+    /// The in-pod bridge ([`contract::secondary_bridge`]).
+    pub bridge: String,
+    /// The pod interface's name once it is a port of the bridge ([`contract::secondary_bridge_port`]).
+    pub port: String,
+    /// The guest's tap ([`contract::secondary_tap`]).
+    pub tap: String,
+    /// The bridge's link-local address, the DHCP server's identifier ([`contract::secondary_bridge_address`]).
+    pub server: Ipv4Addr,
+    /// What DHCP tells the guest.
+    pub guest: GuestDhcp,
 }
 
 /// A port protocol.
@@ -96,17 +150,8 @@ pub struct Masquerade {
     pub interface: String,
     /// The ports forwarded to the guest; empty means all.
     pub ports: Vec<Ports>,
-    /// The guest's MAC (`aa:bb:…`, lower case): the spec's, else the contract's derived one (the node agent puts
-    /// the same into the domain). Its lease is static.
-    pub mac: String,
-    /// The hostname offered by DHCP.
-    pub hostname: String,
-    /// DHCP boot file (option 67).
-    pub boot_file: Option<String>,
-    /// DHCP TFTP server (option 66).
-    pub tftp_server: Option<String>,
-    /// DHCP NTP servers (option 42).
-    pub ntp_servers: Vec<Ipv4Addr>,
+    /// What DHCP tells the guest.
+    pub guest: GuestDhcp,
 }
 
 /// Why the pod network cannot be set up.
@@ -145,14 +190,14 @@ pub enum Error {
         missing: &'static str,
     },
     /// A binding this launcher does not set up.
-    #[error(
-        "interface {interface:?}: the {binding} binding on the pod network is not supported by this launcher{hint}"
-    )]
+    #[error("interface {interface:?}: the {binding} binding on {network} is not supported by this launcher{hint}")]
     UnsupportedBinding {
         /// The interface.
         interface: String,
         /// The binding's field name.
         binding: String,
+        /// `the pod network` or `a Multus network`.
+        network: &'static str,
         /// What to use instead, if anything.
         hint: &'static str,
     },
@@ -168,7 +213,7 @@ pub enum Error {
     #[error("the pod interface {interface}: {message}")]
     PodInterface {
         /// The pod interface.
-        interface: &'static str,
+        interface: String,
         /// What is wrong.
         message: String,
     },
@@ -205,14 +250,16 @@ pub enum Error {
     },
 }
 
-/// The spec's networks and interfaces → what the pod network needs. `hostname` is the guest's (`spec.hostname`,
-/// else the VMI's name); `vmi_uid` derives the guest's MAC when the spec gives none.
+/// The spec's networks and interfaces → what the pod needs. `hostname` is the guest's (`spec.hostname`, else the
+/// VMI's name; offered on the pod network, else on the first secondary interface); `vmi_uid` derives the guest's
+/// MACs when the spec gives none.
 pub fn plan(spec: &VirtualMachineInstanceSpec, hostname: &str, vmi_uid: &str) -> Result<Plan, Error> {
     let networks = spec.networks.as_deref().unwrap_or_default();
     let interfaces = spec.domain.devices.interfaces.as_deref().unwrap_or_default();
     let mut pod: Option<&str> = None;
+    let mut multus: Vec<&str> = Vec::new();
     for n in networks {
-        let kind = match (&n.pod, &n.multus, &n.resource_claim) {
+        match (&n.pod, &n.multus, &n.resource_claim) {
             (Some(p), None, None) => {
                 if let Some(first) = pod {
                     return Err(Error::TwoPodNetworks { first: first.into(), second: n.name.clone() });
@@ -225,24 +272,38 @@ pub fn plan(spec: &VirtualMachineInstanceSpec, hostname: &str, vmi_uid: &str) ->
                     });
                 }
                 pod = Some(&n.name);
-                continue;
             }
-            (None, Some(_), None) => "multus",
-            (None, None, Some(_)) => "resourceClaim",
+            (None, Some(m), None) if m.default == Some(true) => {
+                return Err(Error::UnsupportedNetwork { network: n.name.clone(), kind: "Multus default" });
+            }
+            (None, Some(_), None) => multus.push(&n.name),
+            (None, None, Some(_)) => {
+                return Err(Error::UnsupportedNetwork { network: n.name.clone(), kind: "resourceClaim" });
+            }
             _ => return Err(Error::NoSource { network: n.name.clone() }),
-        };
-        return Err(Error::UnsupportedNetwork { network: n.name.clone(), kind });
+        }
     }
     for i in interfaces {
         if !networks.iter().any(|n| n.name == i.name) {
             return Err(Error::Unmatched { what: "interface", name: i.name.clone(), missing: "network" });
         }
     }
-    let Some(pod) = pod else { return Ok(Plan::None) };
-    let Some(iface) = interfaces.iter().find(|i| i.name == pod) else {
-        return Err(Error::Unmatched { what: "network", name: pod.into(), missing: "interface" });
-    };
-    masquerade(iface, hostname, vmi_uid).map(Plan::Masquerade)
+    for name in pod.iter().chain(&multus) {
+        if !interfaces.iter().any(|i| i.name == *name) {
+            return Err(Error::Unmatched { what: "network", name: (*name).into(), missing: "interface" });
+        }
+    }
+    let mut plan = Plan::default();
+    for (index, i) in interfaces.iter().enumerate() {
+        if pod == Some(i.name.as_str()) {
+            plan.pod = Some(masquerade(i, hostname, vmi_uid)?);
+        } else {
+            // The hostname goes with the pod network's lease, else with the first secondary one.
+            let host = if pod.is_none() && plan.secondary.is_empty() { hostname } else { "" };
+            plan.secondary.push(bridge(i, index, host, vmi_uid)?);
+        }
+    }
+    Ok(plan)
 }
 
 /// The bindings set on `i`, by field name.
@@ -263,18 +324,82 @@ fn bindings(i: &Interface) -> Vec<String> {
     .collect()
 }
 
+/// Checks that `i` has exactly one binding, `wanted`; `network` names the network kind in the error.
+fn one_binding(i: &Interface, wanted: &str, network: &'static str, hint: &'static str) -> Result<(), Error> {
+    let interface = i.name.clone();
+    match bindings(i).as_slice() {
+        [b] if b == wanted => Ok(()),
+        // Upstream's webhook text.
+        [b] if b == "masquerade" => Err(Error::Invalid {
+            interface,
+            message: String::from("Masquerade interface only implemented with pod network"),
+        }),
+        [b] => {
+            let hint = if b == "bridge" { hint } else { "" };
+            Err(Error::UnsupportedBinding { interface, binding: b.clone(), network, hint })
+        }
+        [] => Err(Error::Invalid { interface, message: String::from("no binding is set") }),
+        many => {
+            Err(Error::Invalid { interface, message: format!("more than one binding is set ({})", many.join(", ")) })
+        }
+    }
+}
+
+/// What DHCP tells the guest on interface `i`: its MAC and the spec's DHCP options.
+fn guest_dhcp(i: &Interface, hostname: &str, vmi_uid: &str) -> Result<GuestDhcp, Error> {
+    let invalid = |message: String| Error::Invalid { interface: i.name.clone(), message };
+    let mac = match i.mac_address.as_deref() {
+        Some(m) => normalize_mac(m).ok_or_else(|| invalid(format!("macAddress {m:?} is not a MAC address")))?,
+        None => derived_mac(vmi_uid, &i.name),
+    };
+    let dhcp = i.dhcp_options.clone().unwrap_or_default();
+    if dhcp.private_options.as_ref().is_some_and(|o| !o.is_empty()) {
+        return Err(invalid(String::from("dhcpOptions.privateOptions are not supported by this launcher")));
+    }
+    let ntp_servers = dhcp
+        .ntp_servers
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.parse::<Ipv4Addr>().map_err(|_| invalid(format!("NTP server {s:?} is not an IPv4 address"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(GuestDhcp {
+        mac,
+        hostname: hostname.to_owned(),
+        boot_file: dhcp.boot_file_name,
+        tftp_server: dhcp.tftp_server_name,
+        ntp_servers,
+    })
+}
+
+fn bridge(i: &Interface, index: usize, hostname: &str, vmi_uid: &str) -> Result<Bridge, Error> {
+    one_binding(i, "bridge", "a Multus network", "")?;
+    if i.ports.as_ref().is_some_and(|p| !p.is_empty()) || i.port_ranges.as_ref().is_some_and(|p| !p.is_empty()) {
+        // Upstream's webhook refuses ports on anything but masquerade too.
+        return Err(Error::Invalid {
+            interface: i.name.clone(),
+            message: String::from("ports are only supported by the masquerade binding"),
+        });
+    }
+    let server = contract::secondary_bridge_address(index).ok_or_else(|| Error::Invalid {
+        interface: i.name.clone(),
+        message: format!("interface number {index} is past the last bridge address"),
+    })?;
+    let name = &i.name;
+    Ok(Bridge {
+        interface: name.clone(),
+        pod_interface: contract::secondary_pod_interface(name),
+        bridge: contract::secondary_bridge(name),
+        port: contract::secondary_bridge_port(name),
+        tap: contract::secondary_tap(name),
+        server,
+        guest: guest_dhcp(i, hostname, vmi_uid)?,
+    })
+}
+
 fn masquerade(i: &Interface, hostname: &str, vmi_uid: &str) -> Result<Masquerade, Error> {
+    one_binding(i, "masquerade", "the pod network", " (use masquerade: {})")?;
     let interface = i.name.clone();
     let invalid = |message: String| Error::Invalid { interface: i.name.clone(), message };
-    match bindings(i).as_slice() {
-        [m] if m == "masquerade" => {}
-        [b] if b == "bridge" => {
-            return Err(Error::UnsupportedBinding { interface, binding: b.clone(), hint: " (use masquerade: {})" });
-        }
-        [b] => return Err(Error::UnsupportedBinding { interface, binding: b.clone(), hint: "" }),
-        [] => return Err(invalid(String::from("no binding is set"))),
-        many => return Err(invalid(format!("more than one binding is set ({})", many.join(", ")))),
-    }
     let port = |p: i32, what: &str| {
         u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| invalid(format!("{what} {p} is not a port number")))
     };
@@ -295,29 +420,7 @@ fn masquerade(i: &Interface, hostname: &str, vmi_uid: &str) -> Result<Masquerade
         }
         ports.push(Ports { proto: proto(Some(&r.protocol))?, first, last });
     }
-    let mac = match i.mac_address.as_deref() {
-        Some(m) => normalize_mac(m).ok_or_else(|| invalid(format!("macAddress {m:?} is not a MAC address")))?,
-        None => derived_mac(vmi_uid, &i.name),
-    };
-    let dhcp = i.dhcp_options.clone().unwrap_or_default();
-    if dhcp.private_options.as_ref().is_some_and(|o| !o.is_empty()) {
-        return Err(invalid(String::from("dhcpOptions.privateOptions are not supported by this launcher")));
-    }
-    let ntp_servers = dhcp
-        .ntp_servers
-        .unwrap_or_default()
-        .iter()
-        .map(|s| s.parse::<Ipv4Addr>().map_err(|_| invalid(format!("NTP server {s:?} is not an IPv4 address"))))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Masquerade {
-        interface,
-        ports,
-        mac,
-        hostname: hostname.to_owned(),
-        boot_file: dhcp.boot_file_name,
-        tftp_server: dhcp.tftp_server_name,
-        ntp_servers,
-    })
+    Ok(Masquerade { interface, ports, guest: guest_dhcp(i, hostname, vmi_uid)? })
 }
 
 /// `de:ad:00:00:be:af` or `DE-AD-00-00-BE-AF` → `de:ad:00:00:be:af`.
@@ -390,24 +493,69 @@ pub fn parse_resolv_conf(text: &str) -> Resolv {
 /// Seconds of the guest's lease (udhcpd's and upstream's day).
 pub const LEASE_SECS: u32 = 86400;
 
-/// The guest's DHCP lease: its static address for its MAC, router, the pod's DNS and search domains, the pod
-/// interface's MTU, hostname and the spec's DHCP options.
+/// The guest's DHCP lease on the masquerade network: its static address for its MAC, router, the pod's DNS and
+/// search domains, the pod interface's MTU, hostname and the spec's DHCP options.
 pub fn dhcp_lease(m: &Masquerade, mtu: u32, resolv: &Resolv) -> Result<dhcp::Lease, Error> {
-    let mac =
-        dhcp::parse_mac(&m.mac).ok_or_else(|| Error::Mac { interface: m.interface.clone(), mac: m.mac.clone() })?;
-    Ok(dhcp::Lease {
-        mac,
+    let net = LeaseNet {
         address: MASQUERADE_GUEST,
         prefix: MASQUERADE_PREFIX,
-        router: MASQUERADE_GATEWAY,
+        server: MASQUERADE_GATEWAY,
+        router: Some(MASQUERADE_GATEWAY),
+        routes: vec![],
+    };
+    lease(&m.interface, &m.guest, net, mtu, resolv)
+}
+
+/// The guest's DHCP lease on a secondary network: the pod interface's address and routes as the set-up found
+/// them (`link`), from the bridge's address, with the pod's DNS, the MTU and the spec's DHCP options. `None` when
+/// the pod interface had no IPv4 address (a network without IPAM: the guest configures itself).
+pub fn bridge_lease(b: &Bridge, link: &SecondaryLink, resolv: &Resolv) -> Result<Option<dhcp::Lease>, Error> {
+    let Some(address) = link.address.as_deref() else { return Ok(None) };
+    let invalid = |message: String| Error::Invalid { interface: b.interface.clone(), message };
+    let net: ipnet::Ipv4Net =
+        address.parse().map_err(|_| invalid(format!("the set-up's address {address:?} is not a.b.c.d/prefix")))?;
+    let mut routes = Vec::new();
+    let mut router = None;
+    for r in &link.routes {
+        let bad = || invalid(format!("the set-up's route {} via {} is not an IPv4 route", r.dst, r.gateway));
+        let dst: ipnet::Ipv4Net = r.dst.parse().map_err(|_| bad())?;
+        let gateway: Ipv4Addr = r.gateway.parse().map_err(|_| bad())?;
+        if dst.prefix_len() == 0 {
+            router.get_or_insert(gateway);
+        }
+        routes.push((dst, gateway));
+    }
+    let net = LeaseNet { address: net.addr(), prefix: net.prefix_len(), server: b.server, router, routes };
+    lease(&b.interface, &b.guest, net, link.mtu, resolv).map(Some)
+}
+
+/// The addresses of a lease.
+struct LeaseNet {
+    address: Ipv4Addr,
+    prefix: u8,
+    server: Ipv4Addr,
+    router: Option<Ipv4Addr>,
+    routes: Vec<(ipnet::Ipv4Net, Ipv4Addr)>,
+}
+
+fn lease(interface: &str, g: &GuestDhcp, net: LeaseNet, mtu: u32, resolv: &Resolv) -> Result<dhcp::Lease, Error> {
+    let mac =
+        dhcp::parse_mac(&g.mac).ok_or_else(|| Error::Mac { interface: interface.to_owned(), mac: g.mac.clone() })?;
+    Ok(dhcp::Lease {
+        mac,
+        address: net.address,
+        prefix: net.prefix,
+        server: net.server,
+        router: net.router,
+        routes: net.routes,
         dns: resolv.nameservers.clone(),
         search: resolv.search.clone(),
-        hostname: m.hostname.clone(),
+        hostname: g.hostname.clone(),
         mtu: u16::try_from(mtu).unwrap_or(u16::MAX),
         lease_secs: LEASE_SECS,
-        boot_file: m.boot_file.clone(),
-        tftp_server: m.tftp_server.clone(),
-        ntp: m.ntp_servers.clone(),
+        boot_file: g.boot_file.clone(),
+        tftp_server: g.tftp_server.clone(),
+        ntp: g.ntp_servers.clone(),
     })
 }
 
@@ -471,31 +619,42 @@ pub fn apply(m: &Masquerade, host: &Host) -> Result<Applied, Error> {
 /// The guest's DHCP server for `m` on `socket` (from [`dhcp::bind`], here or in the node agent's set-up), with
 /// the pod's resolver settings.
 pub fn serve_dhcp(m: &Masquerade, mtu: u32, host: &Host, socket: std::net::UdpSocket) -> Result<DhcpServer, Error> {
-    let resolv = match std::fs::read_to_string(&host.resolv_conf) {
-        Ok(t) => parse_resolv_conf(&t),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Resolv::default(),
-        Err(source) => return Err(Error::Io { operation: "reading", path: host.resolv_conf.clone(), source }),
-    };
-    Ok(DhcpServer::serve(socket, dhcp_lease(m, mtu, &resolv)?)?)
+    Ok(DhcpServer::serve(socket, dhcp_lease(m, mtu, &host.resolv()?)?)?)
+}
+
+/// The guest's DHCP server on secondary interface `b` (the set-up made `link`), on `socket` (bound to the bridge).
+pub fn serve_bridge_dhcp(
+    b: &Bridge,
+    link: &SecondaryLink,
+    host: &Host,
+    socket: std::net::UdpSocket,
+) -> Result<Option<DhcpServer>, Error> {
+    match bridge_lease(b, link, &host.resolv()?)? {
+        Some(lease) => Ok(Some(DhcpServer::serve(socket, lease)?)),
+        None => Ok(None),
+    }
+}
+
+impl Host {
+    /// The pod's resolver settings (none when it has no resolv.conf).
+    fn resolv(&self) -> Result<Resolv, Error> {
+        match std::fs::read_to_string(&self.resolv_conf) {
+            Ok(t) => Ok(parse_resolv_conf(&t)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Resolv::default()),
+            Err(source) => Err(Error::Io { operation: "reading", path: self.resolv_conf.clone(), source }),
+        }
+    }
 }
 
 /// The privileged part of `m` in this thread's network namespace: the bridge, the tap (owned by QEMU's user),
 /// forwarding, the nftables ruleset.
 pub fn apply_links(m: &Masquerade, host: &Host) -> Result<Links, Error> {
     let pod_if = POD_INTERFACE;
-    let pod_err = |message: String| Error::PodInterface { interface: pod_if, message };
-    let out = tool::run("ip", &["-j".as_ref(), "addr".as_ref(), "show".as_ref(), "dev".as_ref(), pod_if.as_ref()])
-        .map_err(|e| pod_err(e.to_string()))?;
-    let links: Vec<IpLink> =
-        serde_json::from_slice(&out.stdout).map_err(|e| pod_err(format!("unexpected `ip -j addr` output: {e}")))?;
-    let link = links.first().ok_or_else(|| pod_err(String::from("not found")))?;
-    let mtu = link.mtu;
-    let pod_ip = link
-        .addr_info
-        .iter()
-        .find(|a| a.family == "inet")
-        .map(|a| format!("{}/{}", a.local, a.prefixlen))
-        .ok_or_else(|| pod_err(String::from("has no IPv4 address")))?;
+    let (mtu, pod_ip) = read_link(pod_if)?;
+    let pod_ip = pod_ip.ok_or_else(|| Error::PodInterface {
+        interface: pod_if.to_owned(),
+        message: String::from("has no IPv4 address"),
+    })?;
 
     ensure_tun(&host.tun_device)?;
     let owner = host.tap_owner.to_string();
@@ -512,10 +671,7 @@ pub fn apply_links(m: &Masquerade, host: &Host) -> Result<Links, Error> {
         ("bringing the tap up", vec!["link", "set", POD_TAP, "up"]),
         ("bringing the bridge up", vec!["link", "set", POD_BRIDGE, "up"]),
     ];
-    for (step, args) in steps {
-        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-        tool::run("ip", &args).map_err(|source| Error::Tool { step, source })?;
-    }
+    run_ip(steps)?;
     // A pod's network namespace inherits the node's IPv4 settings, and an unprivileged container's /proc/sys is
     // read-only: a setting already on is left alone; forwarding is required, localhost DNAT (other containers of
     // the pod reaching the guest on 127.0.0.1) only wanted.
@@ -563,6 +719,94 @@ pub fn apply_links(m: &Masquerade, host: &Host) -> Result<Links, Error> {
     Ok(Links { summary, mtu })
 }
 
+/// Runs `ip` with each step's arguments, in order.
+fn run_ip<'a>(steps: impl IntoIterator<Item = (&'static str, Vec<&'a str>)>) -> Result<(), Error> {
+    for (step, args) in steps {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        tool::run("ip", &args).map_err(|source| Error::Tool { step, source })?;
+    }
+    Ok(())
+}
+
+/// A pod interface's MTU and IPv4 address (`a.b.c.d/prefix`), from `ip -j addr show`.
+fn read_link(interface: &str) -> Result<(u32, Option<String>), Error> {
+    let err = |message: String| Error::PodInterface { interface: interface.to_owned(), message };
+    let out = tool::run("ip", &["-j".as_ref(), "addr".as_ref(), "show".as_ref(), "dev".as_ref(), interface.as_ref()])
+        .map_err(|e| err(e.to_string()))?;
+    let links: Vec<IpLink> =
+        serde_json::from_slice(&out.stdout).map_err(|e| err(format!("unexpected `ip -j addr` output: {e}")))?;
+    let link = links.first().ok_or_else(|| err(String::from("not found")))?;
+    let address = link.addr_info.iter().find(|a| a.family == "inet").map(|a| format!("{}/{}", a.local, a.prefixlen));
+    Ok((link.mtu, address))
+}
+
+/// A route of `ip -j route show`.
+#[derive(Debug, Deserialize)]
+struct IpRoute {
+    dst: String,
+    #[serde(default)]
+    gateway: Option<String>,
+}
+
+/// `ip -j -4 route show dev X` → its routes through a gateway, destinations with their prefix (`default` is
+/// `0.0.0.0/0`, a host `/32`).
+pub fn gateway_routes(json: &[u8]) -> Result<Vec<Route>, serde_json::Error> {
+    let routes: Vec<IpRoute> = serde_json::from_slice(json)?;
+    Ok(routes
+        .into_iter()
+        .filter_map(|r| {
+            let gateway = r.gateway?;
+            let dst = match r.dst.as_str() {
+                "default" => String::from("0.0.0.0/0"),
+                d if d.contains('/') => d.to_owned(),
+                d => format!("{d}/32"),
+            };
+            Some(Route { dst, gateway })
+        })
+        .collect())
+}
+
+/// The privileged part of the bridge binding of secondary interface `b` in this thread's network namespace: the
+/// pod interface's address and routes read, the address taken off it, the interface renamed to the bridge's port,
+/// the bridge (with the DHCP server's link-local address) and the tap (owned by QEMU's user) created. Returns what
+/// the guest's lease needs.
+pub fn apply_bridge(b: &Bridge, host: &Host) -> Result<SecondaryLink, Error> {
+    let (mtu, address) = read_link(&b.pod_interface)?;
+    let out = tool::run("ip", &["-j", "-4", "route", "show", "dev", b.pod_interface.as_str()].map(OsStr::new))
+        .map_err(|source| Error::Tool { step: "reading the pod interface's routes", source })?;
+    let routes = gateway_routes(&out.stdout).map_err(|e| Error::PodInterface {
+        interface: b.pod_interface.clone(),
+        message: format!("unexpected `ip -j route` output: {e}"),
+    })?;
+    ensure_tun(&host.tun_device)?;
+    let (owner, mtu_s, server) = (host.tap_owner.to_string(), mtu.to_string(), format!("{}/32", b.server));
+    let (br, pod_if, port, tap) = (b.bridge.as_str(), b.pod_interface.as_str(), b.port.as_str(), b.tap.as_str());
+    run_ip([
+        ("creating the bridge", vec!["link", "add", br, "type", "bridge"]),
+        ("setting the bridge's MTU", vec!["link", "set", br, "mtu", &mtu_s]),
+        ("giving the bridge the DHCP server's address", vec!["addr", "add", &server, "dev", br]),
+        ("taking the address off the pod interface", vec!["addr", "flush", "dev", pod_if]),
+        ("taking the pod interface down", vec!["link", "set", pod_if, "down"]),
+        ("renaming the pod interface", vec!["link", "set", pod_if, "name", port]),
+        ("attaching the pod interface to the bridge", vec!["link", "set", port, "master", br]),
+        ("bringing the pod interface up", vec!["link", "set", port, "up"]),
+        ("creating the tap", vec!["tuntap", "add", "dev", tap, "mode", "tap", "user", &owner, "group", &owner]),
+        ("attaching the tap to the bridge", vec!["link", "set", tap, "mtu", &mtu_s, "master", br]),
+        ("bringing the tap up", vec!["link", "set", tap, "up"]),
+        ("bringing the bridge up", vec!["link", "set", br, "up"]),
+    ])?;
+    Ok(SecondaryLink { interface: b.interface.clone(), mtu, address, routes })
+}
+
+/// One line saying what [`apply_bridge`] set up.
+pub fn bridge_summary(b: &Bridge, link: &SecondaryLink) -> String {
+    let address = link.address.as_deref().unwrap_or("no IPv4 address");
+    format!(
+        "bridge {}: pod {} ({address}) on {} with {}, guest {}",
+        b.interface, b.pod_interface, b.bridge, b.tap, b.guest.mac
+    )
+}
+
 /// Creates the tun device node when the container has none (runc's default device rules allow `c 10:200`).
 fn ensure_tun(tun: &Path) -> Result<(), Error> {
     if tun.exists() {
@@ -593,16 +837,31 @@ mod tests {
         serde_json::from_value(json).unwrap()
     }
 
-    fn masq(ports: Vec<Ports>, mac: &str) -> Masquerade {
-        Masquerade {
-            interface: "default".into(),
-            ports,
+    fn guest(mac: &str, hostname: &str) -> GuestDhcp {
+        GuestDhcp {
             mac: mac.into(),
-            hostname: "testvmi".into(),
+            hostname: hostname.into(),
             boot_file: None,
             tftp_server: None,
             ntp_servers: vec![],
         }
+    }
+
+    /// The bridge binding of network `ptp` as the second interface of a VMI, without a hostname.
+    fn ptp_bridge(mac: &str) -> Bridge {
+        Bridge {
+            interface: "ptp".into(),
+            pod_interface: "pode31d7ce2712".into(),
+            bridge: "k6t-e31d7ce2712".into(),
+            port: "e31d7ce2712-nic".into(),
+            tap: "tape31d7ce2712".into(),
+            server: Ipv4Addr::new(169, 254, 75, 11),
+            guest: guest(mac, ""),
+        }
+    }
+
+    fn masq(ports: Vec<Ports>, mac: &str) -> Masquerade {
+        Masquerade { interface: "default".into(), ports, guest: guest(mac, "testvmi") }
     }
 
     const HEAD: &str = "table ip kubevirt_nat {
@@ -664,15 +923,52 @@ mod tests {
         // The pod's settings are exactly those the DHCP server's own tests are written against.
         assert_eq!(l, dhcp::tests::lease());
         let mut m = masq(vec![], "02:00:00:00:00:01");
-        m.boot_file = Some("pxelinux.0".into());
-        m.ntp_servers = vec![Ipv4Addr::new(10, 0, 0, 5)];
+        m.guest.boot_file = Some("pxelinux.0".into());
+        m.guest.ntp_servers = vec![Ipv4Addr::new(10, 0, 0, 5)];
         let l = dhcp_lease(&m, 1500, &Resolv::default()).unwrap();
         assert_eq!(
             (l.boot_file.as_deref(), l.ntp.as_slice(), l.dns.len()),
-            (Some("pxelinux.0"), &m.ntp_servers[..], 0)
+            (Some("pxelinux.0"), &m.guest.ntp_servers[..], 0)
         );
         let e = dhcp_lease(&masq(vec![], "nope"), 1500, &Resolv::default()).unwrap_err();
         assert_eq!(e.to_string(), "interface \"default\": \"nope\" is not a MAC address");
+    }
+
+    /// `ip -j -4 route show dev pod<hash>` as the ptp plugin leaves it, with a default route added by IPAM.
+    #[test]
+    fn gateway_routes_keep_the_routes_through_a_gateway() {
+        let json = br#"[{"dst":"default","gateway":"10.1.1.1","flags":[]},
+            {"dst":"10.1.1.0/24","gateway":"10.1.1.1","flags":[]},{"dst":"10.1.1.1","scope":"link","flags":[]},
+            {"dst":"192.168.5.7","gateway":"10.1.1.1","flags":[]}]"#;
+        let r = |dst: &str| Route { dst: dst.into(), gateway: "10.1.1.1".into() };
+        assert_eq!(gateway_routes(json).unwrap(), [r("0.0.0.0/0"), r("10.1.1.0/24"), r("192.168.5.7/32")]);
+        assert!(gateway_routes(b"{").is_err());
+    }
+
+    /// The secondary lease: the set-up's address and routes, the default route's gateway as router, no lease
+    /// without an address, and a clear error for a garbled reply.
+    #[test]
+    fn the_bridge_lease_is_the_pod_interfaces_settings() {
+        let b = ptp_bridge("02:00:00:00:00:aa");
+        let route = |dst: &str| Route { dst: dst.into(), gateway: "10.1.1.1".into() };
+        let mut link = SecondaryLink {
+            interface: "ptp".into(),
+            mtu: 1500,
+            address: Some("10.1.1.5/24".into()),
+            routes: vec![route("10.1.0.0/16")],
+        };
+        let resolv = Resolv { nameservers: vec![Ipv4Addr::new(10, 96, 0, 10)], search: vec![] };
+        let l = bridge_lease(&b, &link, &resolv).unwrap().unwrap();
+        assert_eq!((l.address, l.prefix, l.server, l.router), (Ipv4Addr::new(10, 1, 1, 5), 24, b.server, None));
+        assert_eq!(l.routes, [("10.1.0.0/16".parse().unwrap(), Ipv4Addr::new(10, 1, 1, 1))]);
+        assert_eq!((l.mtu, l.dns.as_slice(), l.hostname.as_str()), (1500, &resolv.nameservers[..], ""));
+        link.routes.push(route("0.0.0.0/0"));
+        let l = bridge_lease(&b, &link, &resolv).unwrap().unwrap();
+        assert_eq!((l.router, l.routes.len()), (Some(Ipv4Addr::new(10, 1, 1, 1)), 2));
+        assert_eq!(bridge_lease(&b, &SecondaryLink { address: None, ..link.clone() }, &resolv).unwrap(), None);
+        link.address = Some("10.1.1.5".into());
+        let e = bridge_lease(&b, &link, &resolv).unwrap_err().to_string();
+        assert_eq!(e, "interface \"ptp\": the set-up's address \"10.1.1.5\" is not a.b.c.d/prefix");
     }
 
     #[test]
@@ -694,19 +990,36 @@ mod tests {
             vec![Ports { proto: Proto::Tcp, first: 80, last: 80 }, Ports { proto: Proto::Udp, first: 53, last: 53 }],
             "de:ad:00:00:be:af",
         );
-        want.hostname = "h".into();
-        assert_eq!(got, Plan::Masquerade(want));
-        assert_eq!(plan(&spec(serde_json::json!({"domain": {"devices": {}}})), "h", "u-1").unwrap(), Plan::None);
+        want.guest.hostname = "h".into();
+        assert_eq!(got, Plan { pod: Some(want), secondary: vec![] });
+        assert!(plan(&spec(serde_json::json!({"domain": {"devices": {}}})), "h", "u-1").unwrap().is_empty());
         // Without macAddress: the contract's derived MAC, as the node agent puts it into the domain.
-        let Plan::Masquerade(m) = with(
+        let m = with(
             serde_json::json!([{"name": "default", "pod": {}}]),
             serde_json::json!([{"name": "default", "masquerade": {}}]),
         )
-        .unwrap() else {
-            panic!("masquerade expected")
-        };
-        assert_eq!(m.mac, derived_mac("u-1", "default"));
+        .unwrap()
+        .pod
+        .expect("masquerade");
+        assert_eq!(m.guest.mac, derived_mac("u-1", "default"));
         assert!(m.ports.is_empty());
+        // Upstream's vmi-multus-multiple-net: masquerade on the pod network, bridge on a Multus one; the hostname
+        // goes with the pod network's lease.
+        let got = with(
+            serde_json::json!([{"name": "default", "pod": {}}, {"name": "ptp", "multus": {"networkName": "ptp-conf"}}]),
+            serde_json::json!([{"name": "default", "masquerade": {}}, {"name": "ptp", "bridge": {}}]),
+        )
+        .unwrap();
+        let ptp = ptp_bridge(&derived_mac("u-1", "ptp"));
+        assert_eq!((got.pod.map(|m| m.interface), got.secondary), (Some("default".into()), vec![ptp.clone()]));
+        // Upstream's vmi-multus-ptp: only the Multus network, which then gets the hostname.
+        let got = with(
+            serde_json::json!([{"name": "ptp", "multus": {"networkName": "ptp-conf"}}]),
+            serde_json::json!([{"name": "ptp", "bridge": {}, "macAddress": "02:00:00:00:00:aa"}]),
+        )
+        .unwrap();
+        let want = Bridge { server: Ipv4Addr::new(169, 254, 75, 10), guest: guest("02:00:00:00:00:aa", "h"), ..ptp };
+        assert_eq!(got, Plan { pod: None, secondary: vec![want] });
 
         let err = |n, i| with(n, i).err().map(|e| e.to_string());
         let pod = serde_json::json!([{"name": "default", "pod": {}}]);
@@ -722,9 +1035,29 @@ mod tests {
                 "interface \"default\": the sriov binding on the pod network is not supported by this launcher",
             ),
             (
+                serde_json::json!([{"name": "net2", "multus": {"networkName": "ns/br", "default": true}}]),
+                serde_json::json!([{"name": "net2", "masquerade": {}}]),
+                "network \"net2\": Multus default networks are not supported by this launcher",
+            ),
+            (
                 serde_json::json!([{"name": "default", "pod": {}}, {"name": "net2", "multus": {"networkName": "ns/br"}}]),
-                serde_json::json!([{"name": "default", "masquerade": {}}, {"name": "net2", "bridge": {}}]),
-                "network \"net2\": multus networks are not supported by this launcher",
+                serde_json::json!([{"name": "default", "masquerade": {}}, {"name": "net2", "masquerade": {}}]),
+                "interface \"net2\": Masquerade interface only implemented with pod network",
+            ),
+            (
+                serde_json::json!([{"name": "net2", "multus": {"networkName": "ns/br"}}]),
+                serde_json::json!([{"name": "net2", "sriov": {}}]),
+                "interface \"net2\": the sriov binding on a Multus network is not supported by this launcher",
+            ),
+            (
+                serde_json::json!([{"name": "net2", "multus": {"networkName": "ns/br"}}]),
+                serde_json::json!([{"name": "net2", "bridge": {}, "ports": [{"port": 80}]}]),
+                "interface \"net2\": ports are only supported by the masquerade binding",
+            ),
+            (
+                serde_json::json!([{"name": "net2", "multus": {"networkName": "ns/br"}}]),
+                serde_json::json!([]),
+                "network \"net2\" has no interface of the same name",
             ),
             (pod.clone(), serde_json::json!([]), "network \"default\" has no interface of the same name"),
             (

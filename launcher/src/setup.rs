@@ -7,10 +7,11 @@
 //!                 runs `virt-launcher pod-setup` (this image's program, as root, in the pod's network and mount
 //!                 namespaces) with a SetupRequest built from its own copy of the VMI on stdin and the connection
 //!                 as stdout
-//! pod-setup       [`privileged`]: the masquerade links and rules (network::apply_links), the claims' block devices
-//!                 and images owned by 107, the DHCP server's socket bound to port 67 of the bridge
-//!                 ─► one SetupReply line on the connection, the socket attached (SCM_RIGHTS) ─► exits
-//! launcher (107)  [`from_node_agent`]: the reply (only from a root peer) and the socket ─► serves DHCP on it
+//! pod-setup       [`privileged`]: the masquerade links and rules (network::apply_links), the secondary interfaces'
+//!                 bridges (network::apply_bridge), the claims' block devices and images owned by 107, one DHCP
+//!                 server socket bound to port 67 of each bridge whose guest gets an address
+//!                 ─► one SetupReply line on the connection, the sockets attached (SCM_RIGHTS) ─► exits
+//! launcher (107)  [`from_node_agent`]: the reply (only from a root peer) and the sockets ─► serves DHCP on them
 //! ```
 //!
 //! Trust: `pod-setup` reads nothing the launcher wrote (the request is the node agent's, its scratch files go to a
@@ -25,7 +26,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use contracts::kubevirt::launcher::{POD_BRIDGE, SetupReply, SetupRequest};
+use contracts::kubevirt::launcher::{POD_BRIDGE, SecondaryLink, SetupReply, SetupRequest};
 use crds::kubevirt::VirtualMachineInstanceSpec;
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
@@ -93,17 +94,23 @@ pub enum Error {
 }
 
 /// What the privileged set-up made.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Done {
     /// The masquerade links, when the VMI has a pod-network interface.
     pub links: Option<Links>,
-    /// The DHCP server's socket (with [`Done::links`]).
-    pub dhcp: Option<UdpSocket>,
+    /// The secondary interfaces' bridge bindings, in the plan's order.
+    pub secondary: Vec<SecondaryLink>,
+    /// The DHCP server sockets, by spec interface name: the masquerade interface's, then those of the secondary
+    /// interfaces that had an IPv4 address.
+    pub dhcp: Vec<(String, UdpSocket)>,
 }
 
-/// Whether a pod with these plans needs the privileged set-up: a pod-network interface or a claim.
+/// The most DHCP sockets one reply carries (one per interface of a VMI).
+pub const MAX_SOCKETS: usize = 32;
+
+/// Whether a pod with these plans needs the privileged set-up: an interface or a claim.
 pub fn needed(network: &network::Plan, volumes: &[VolumePlan]) -> bool {
-    *network != network::Plan::None || volumes.iter().any(|p| matches!(p.action, Action::Pvc { .. }))
+    !network.is_empty() || volumes.iter().any(|p| matches!(p.action, Action::Pvc { .. }))
 }
 
 /// The privileged set-up of a pod with these plans, in this process's namespaces (as root).
@@ -118,14 +125,26 @@ pub fn privileged(
             own_claim(&p.volume, &layout.at(device), &layout.at(mount), &layout.at(image))?;
         }
     }
-    match network {
-        network::Plan::None => Ok(Done { links: None, dhcp: None }),
-        network::Plan::Masquerade(m) => {
-            let links = network::apply_links(m, host).map_err(Error::Network)?;
-            let socket = dhcp::bind(POD_BRIDGE).map_err(|e| Error::Network(network::Error::from(e)))?;
-            Ok(Done { links: Some(links), dhcp: Some(socket) })
-        }
+    let bind = |bridge: &str| dhcp::bind(bridge).map_err(|e| Error::Network(network::Error::from(e)));
+    let mut done = Done::default();
+    if let Some(m) = &network.pod {
+        done.links = Some(network::apply_links(m, host).map_err(Error::Network)?);
+        done.dhcp.push((m.interface.clone(), bind(POD_BRIDGE)?));
     }
+    for b in &network.secondary {
+        let link = network::apply_bridge(b, host).map_err(Error::Network)?;
+        if link.address.is_some() {
+            done.dhcp.push((b.interface.clone(), bind(&b.bridge)?));
+        }
+        done.secondary.push(link);
+    }
+    if done.dhcp.len() > MAX_SOCKETS {
+        return Err(Error::Network(network::Error::Invalid {
+            interface: String::from("(all)"),
+            message: format!("more than {MAX_SOCKETS} interfaces with DHCP"),
+        }));
+    }
+    Ok(done)
 }
 
 /// A claim's block device, or its image (or, without one, its mount point, where the launcher creates it), owned
@@ -187,21 +206,32 @@ pub fn serve_request(mut input: impl Read, reply: impl AsFd, layout: &Layout) ->
         };
         privileged(&net, &volumes, &host, layout)
     })();
-    let (reply_msg, socket) = match outcome {
+    let (reply_msg, sockets) = match outcome {
         Ok(done) => {
-            let summary = done.links.as_ref().map(|l| l.summary.clone()).unwrap_or_else(|| "claims owned".into());
-            (SetupReply { error: None, summary, mtu: done.links.map(|l| l.mtu) }, done.dhcp)
+            let mut summary: Vec<String> = done.links.iter().map(|l| l.summary.clone()).collect();
+            summary.extend(done.secondary.iter().map(|l| {
+                format!("bridge {} ({} MTU {})", l.interface, l.address.as_deref().unwrap_or("no IPv4 address"), l.mtu)
+            }));
+            let summary = if summary.is_empty() { String::from("claims owned") } else { summary.join("; ") };
+            let reply = SetupReply {
+                error: None,
+                summary,
+                mtu: done.links.map(|l| l.mtu),
+                secondary: done.secondary,
+                dhcp_interfaces: done.dhcp.iter().map(|(i, _)| i.clone()).collect(),
+            };
+            (reply, done.dhcp.into_iter().map(|(_, s)| s).collect())
         }
-        Err(e) => (SetupReply { error: Some(contracts::errors::chain_line(&e)), ..SetupReply::default() }, None),
+        Err(e) => (SetupReply { error: Some(contracts::errors::chain_line(&e)), ..SetupReply::default() }, Vec::new()),
     };
-    send_reply(reply, &reply_msg, socket.as_ref().map(AsFd::as_fd))
+    let fds: Vec<_> = sockets.iter().map(AsFd::as_fd).collect();
+    send_reply(reply, &reply_msg, &fds)
 }
 
-/// Sends `msg` as one JSON line on `to`, with `fd` attached.
-pub fn send_reply(to: impl AsFd, msg: &SetupReply, fd: Option<std::os::fd::BorrowedFd<'_>>) -> io::Result<()> {
+/// Sends `msg` as one JSON line on `to`, with `fds` attached (at most [`MAX_SOCKETS`]).
+pub fn send_reply(to: impl AsFd, msg: &SetupReply, fds: &[std::os::fd::BorrowedFd<'_>]) -> io::Result<()> {
     let line = msg.to_line();
-    let fds = fd.as_slice();
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("the control buffer cannot hold the socket"));
@@ -217,8 +247,12 @@ pub fn send_reply(to: impl AsFd, msg: &SetupReply, fd: Option<std::os::fd::Borro
 const MAX_REPLY: usize = 64 * 1024;
 
 /// The non-root launcher's side: listens on `socket`, waits up to `timeout` for the node agent (a peer running
-/// as root), and returns its reply's facts and the DHCP socket it attached. The socket file is removed after.
-pub async fn from_node_agent(socket: &Path, timeout: Duration) -> Result<(SetupReply, Option<UdpSocket>), Error> {
+/// as root), and returns its reply's facts and the DHCP sockets it attached, by the interface each serves
+/// ([`SetupReply::dhcp_interfaces`]). The socket file is removed after.
+pub async fn from_node_agent(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<(SetupReply, Vec<(String, UdpSocket)>), Error> {
     let hand_over = |operation| {
         let socket = socket.to_path_buf();
         move |source| Error::HandOver { socket, operation, source }
@@ -251,28 +285,34 @@ pub async fn from_node_agent(socket: &Path, timeout: Duration) -> Result<(SetupR
     })
     .await;
     let _ = std::fs::remove_file(socket);
-    let (reply, fd) = result.map_err(|_| Error::Timeout(timeout))??;
+    let (reply, fds) = result.map_err(|_| Error::Timeout(timeout))??;
     if let Some(error) = reply.error.clone() {
         return Err(Error::Refused(error));
     }
-    Ok((reply, fd.map(UdpSocket::from)))
+    if fds.len() != reply.dhcp_interfaces.len() {
+        return Err(Error::Refused(format!(
+            "the reply names {} DHCP sockets but carries {}",
+            reply.dhcp_interfaces.len(),
+            fds.len()
+        )));
+    }
+    let sockets = reply.dhcp_interfaces.iter().cloned().zip(fds.into_iter().map(UdpSocket::from)).collect();
+    Ok((reply, sockets))
 }
 
-/// Reads one reply line and the descriptor sent with it.
-fn receive(conn: &std::os::unix::net::UnixStream) -> io::Result<(SetupReply, Option<OwnedFd>)> {
+/// Reads one reply line and the descriptors sent with it.
+fn receive(conn: &std::os::unix::net::UnixStream) -> io::Result<(SetupReply, Vec<OwnedFd>)> {
     let mut data = Vec::new();
-    let mut fd = None;
+    let mut fds = Vec::new();
     let mut buf = [0u8; 4096];
     while !data.ends_with(b"\n") {
-        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let r =
             rustix::net::recvmsg(conn, &mut [io::IoSliceMut::new(&mut buf)], &mut control, RecvFlags::CMSG_CLOEXEC)?;
         for m in control.drain() {
-            if let RecvAncillaryMessage::ScmRights(fds) = m {
-                for f in fds {
-                    fd.get_or_insert(f);
-                }
+            if let RecvAncillaryMessage::ScmRights(received) = m {
+                fds.extend(received);
             }
         }
         if r.bytes == 0 {
@@ -284,7 +324,7 @@ fn receive(conn: &std::os::unix::net::UnixStream) -> io::Result<(SetupReply, Opt
         }
     }
     let reply = SetupReply::from_line(&data).map_err(|e| io::Error::other(format!("not a SetupReply: {e}")))?;
-    Ok((reply, fd))
+    Ok((reply, fds))
 }
 
 #[cfg(test)]
@@ -310,7 +350,7 @@ mod tests {
         Ok(())
     }
 
-    type Waiting = tokio::task::JoinHandle<Result<(SetupReply, Option<UdpSocket>), Error>>;
+    type Waiting = tokio::task::JoinHandle<Result<(SetupReply, Vec<(String, UdpSocket)>), Error>>;
 
     /// A launcher waiting on a fresh socket (its directory, the socket, the wait).
     async fn listening() -> Result<(tempfile::TempDir, PathBuf, Waiting), String> {
@@ -327,16 +367,24 @@ mod tests {
     #[tokio::test]
     async fn a_reply_and_its_socket_cross_the_hand_over() -> Result<(), String> {
         let (_dir, path, waiting) = listening().await?;
-        let udp = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        let port = udp.local_addr().map_err(|e| e.to_string())?.port();
+        let bind = || UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string());
+        let (pod, ptp) = (bind()?, bind()?);
+        let port = |s: &UdpSocket| s.local_addr().map(|a| a.port()).map_err(|e| e.to_string());
         let conn = std::os::unix::net::UnixStream::connect(&path).map_err(|e| e.to_string())?;
-        let msg = SetupReply { error: None, summary: "links".into(), mtu: Some(1450) };
-        send_reply(&conn, &msg, Some(udp.as_fd())).map_err(|e| e.to_string())?;
+        let msg = SetupReply {
+            error: None,
+            summary: "links".into(),
+            mtu: Some(1450),
+            secondary: vec![SecondaryLink { interface: "ptp".into(), mtu: 1500, ..SecondaryLink::default() }],
+            dhcp_interfaces: vec!["default".into(), "ptp".into()],
+        };
+        send_reply(&conn, &msg, &[pod.as_fd(), ptp.as_fd()]).map_err(|e| e.to_string())?;
         drop(conn);
         let (reply, got) = waiting.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
         assert_eq!(reply, msg);
-        let got = got.ok_or("no socket received")?;
-        assert_eq!(got.local_addr().map_err(|e| e.to_string())?.port(), port, "the same socket");
+        let got: Vec<(String, u16)> =
+            got.iter().map(|(i, s)| Ok::<_, String>((i.clone(), port(s)?))).collect::<Result<_, _>>()?;
+        assert_eq!(got, [("default".into(), port(&pod)?), ("ptp".into(), port(&ptp)?)], "the same sockets, in order");
         assert!(!path.exists(), "the socket file is removed");
         Ok(())
     }
@@ -346,7 +394,7 @@ mod tests {
         let (_dir, path, waiting) = listening().await?;
         let conn = std::os::unix::net::UnixStream::connect(&path).map_err(|e| e.to_string())?;
         let msg = SetupReply { error: Some("no bridge".into()), ..SetupReply::default() };
-        send_reply(&conn, &msg, None).map_err(|e| e.to_string())?;
+        send_reply(&conn, &msg, &[]).map_err(|e| e.to_string())?;
         let e = waiting.await.map_err(|e| e.to_string())?.err().map(|e| e.to_string());
         assert_eq!(e.as_deref(), Some("the node agent's set-up of the pod failed: no bridge"));
         let e = from_node_agent(&path, Duration::from_millis(200)).await.err().map(|e| e.to_string());

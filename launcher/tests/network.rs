@@ -3,7 +3,8 @@
 //! QEMU's tap. Asserted: the nftables table, tap0 owned by 107 on the bridge, forwarding on, our DHCP server gives
 //! a DHCP client (busybox udhcpc) in the guest 10.0.2.2 with router 10.0.2.1 and the pod's DNS, search domain and
 //! hostname, the node reaches the guest's web server through the pod IP on the forwarded port only, and the guest reaches the node (masquerade).
-//! Needs root (namespaces, links, nftables).
+//! The bridge binding of a secondary network is applied the same way, to a pod interface made as the ptp CNI plugin
+//! makes it. Needs root (namespaces, links, nftables).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
@@ -15,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
 
 use contracts::kubevirt::launcher::{MASQUERADE_GATEWAY, MASQUERADE_GUEST, POD_BRIDGE, POD_TAP};
-use virt_launcher::network::{self, Host, Plan};
+use virt_launcher::network::{self, Host};
 
 /// A named network namespace, deleted (with whatever still runs in it) on drop.
 struct Netns(String);
@@ -62,6 +63,64 @@ impl Drop for Netns {
     }
 }
 
+/// Runs `f` in a thread that has entered `ns`'s network namespace.
+fn in_netns<T: Send + 'static>(ns: &Netns, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let ns_path = format!("/run/netns/{}", ns.0);
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(&ns_path).unwrap();
+        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
+            .unwrap();
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Runs busybox udhcpc in `guest` on its eth0 (requesting classless static routes) and returns the variables
+/// udhcpc gave its script for the lease.
+fn udhcpc(guest: &Netns, dir: &std::path::Path) -> BTreeMap<String, String> {
+    let lease_env = dir.join("lease.env");
+    let script = dir.join("udhcpc.script");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in bound|renew)\n  ip addr add \"$ip/${{mask:-24}}\" dev \"$interface\"\n  \
+             [ -z \"$router\" ] || ip route add default via \"$router\" dev \"$interface\"\n  env > {}\n;; esac\n",
+            lease_env.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dhcp = guest.output(&[
+        "busybox",
+        "udhcpc",
+        "-f",
+        "-q",
+        "-n",
+        "-t",
+        "5",
+        "-T",
+        "1",
+        "-O",
+        "staticroutes",
+        "-i",
+        "eth0",
+        "-s",
+        script.to_str().unwrap(),
+    ]);
+    assert!(
+        dhcp.status.success(),
+        "udhcpc: {}{}",
+        String::from_utf8_lossy(&dhcp.stdout),
+        String::from_utf8_lossy(&dhcp.stderr)
+    );
+    std::fs::read_to_string(&lease_env)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect()
+}
+
 /// Children killed on drop.
 struct Killed(Vec<Child>);
 
@@ -102,7 +161,7 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
         "networks": [{"name": "default", "pod": {}}],
     }))
     .unwrap();
-    let Plan::Masquerade(m) = network::plan(&spec, "testvmi", "uid-1").unwrap() else { panic!("masquerade expected") };
+    let m = network::plan(&spec, "testvmi", "uid-1").unwrap().pod.expect("masquerade");
     let t = tempfile::tempdir().unwrap();
     let resolv = t.path().join("resolv.conf");
     std::fs::write(&resolv, "nameserver 10.96.0.10\nsearch default.svc.cluster.local\n").unwrap();
@@ -112,15 +171,7 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
         state_dir: t.path().join("net"),
         tap_owner: 107,
     };
-    let ns_path = format!("/run/netns/{}", pod.0);
-    let applied = std::thread::spawn(move || {
-        let ns = std::fs::File::open(&ns_path).unwrap();
-        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
-            .unwrap();
-        network::apply(&m, &host)
-    })
-    .join()
-    .unwrap();
+    let applied = in_netns(&pod, move || network::apply(&m, &host));
     let applied = applied.unwrap_or_else(|e| panic!("{}", contracts::errors::chain_line(&e)));
     assert_eq!(
         applied.summary,
@@ -158,44 +209,7 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
     guest.run(&["ip", "link", "set", &g_if, "name", "eth0", "address", mac, "up"]);
 
     // DHCP in the guest: the script configures the lease and records what udhcpc was told.
-    let lease_env = t.path().join("lease.env");
-    let script = t.path().join("udhcpc.script");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\ncase \"$1\" in bound|renew)\n  ip addr add \"$ip/${{mask:-24}}\" dev \"$interface\"\n  \
-             ip route add default via \"$router\" dev \"$interface\"\n  env > {}\n;; esac\n",
-            lease_env.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dhcp = guest.output(&[
-        "busybox",
-        "udhcpc",
-        "-f",
-        "-q",
-        "-n",
-        "-t",
-        "5",
-        "-T",
-        "1",
-        "-i",
-        "eth0",
-        "-s",
-        script.to_str().unwrap(),
-    ]);
-    assert!(
-        dhcp.status.success(),
-        "udhcpc: {}{}",
-        String::from_utf8_lossy(&dhcp.stdout),
-        String::from_utf8_lossy(&dhcp.stderr)
-    );
-    let lease: BTreeMap<String, String> = std::fs::read_to_string(&lease_env)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-        .collect();
+    let lease = udhcpc(&guest, t.path());
     let get = |k: &str| lease.get(k).map(String::as_str).unwrap_or_else(|| panic!("{k} missing from {lease:?}"));
     assert_eq!(get("ip"), MASQUERADE_GUEST.to_string());
     assert_eq!(get("router").trim(), MASQUERADE_GATEWAY.to_string());
@@ -231,14 +245,103 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
 
     // Dropping the handle stops the server and frees its socket: port 67 on the bridge can be bound again.
     drop(applied);
-    let ns_path = format!("/run/netns/{}", pod.0);
-    let rebound = std::thread::spawn(move || {
-        let ns = std::fs::File::open(&ns_path).unwrap();
-        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
-            .unwrap();
-        virt_launcher::dhcp::bind(POD_BRIDGE).map(drop)
-    })
-    .join()
-    .unwrap();
+    let rebound = in_netns(&pod, || virt_launcher::dhcp::bind(POD_BRIDGE).map(drop));
     rebound.unwrap_or_else(|e| panic!("port 67 still taken after the server was dropped: {e}"));
+}
+
+/// Upstream's vmi-multus-ptp: the only interface is a bridge binding on a Multus network. The pod interface is made
+/// as the ptp plugin makes it (a veth to the node with 10.1.1.5/24, the node side 10.1.1.1/32 with a host route, a
+/// route through the gateway); after the set-up it is a nameless-address port of the bridge, the guest gets
+/// 10.1.1.5/24, the route (option 121) and the hostname by DHCP, and the node reaches the guest's web server on
+/// that address.
+#[test]
+fn the_bridge_binding_moves_the_secondary_address_to_the_guest() {
+    support::tools(&[("ip", "iproute2"), ("busybox", "busybox-static"), ("curl", "curl")]);
+    let id = std::process::id() % 100_000;
+    let pod = Netns::add(format!("kvrs-bpod-{id}"));
+    let node = Netns::add(format!("kvrs-bnode-{id}"));
+    let guest = Netns::add(format!("kvrs-bguest-{id}"));
+    let mac = "02:6b:76:72:73:02";
+    let spec: crds::kubevirt::VirtualMachineInstanceSpec = serde_json::from_value(serde_json::json!({
+        "domain": {"devices": {"interfaces": [{"name": "ptp", "bridge": {}, "macAddress": mac}]}},
+        "networks": [{"name": "ptp", "multus": {"networkName": "ptp-conf"}}],
+    }))
+    .unwrap();
+    let plan = network::plan(&spec, "testvmi", "uid-1").unwrap();
+    let [b] = plan.secondary.as_slice() else { panic!("one secondary interface expected: {plan:?}") };
+    let b = b.clone();
+    assert_eq!(b.pod_interface, contracts::kubevirt::launcher::secondary_pod_interface("ptp"));
+
+    // node ── veth ── pod <pod interface> (the ptp plugin's part).
+    let n_if = format!("kvbn{id}");
+    support::run("ip", &["link", "add", &n_if, "type", "veth", "peer", "name", &format!("kvbp{id}")]);
+    support::run("ip", &["link", "set", &format!("kvbp{id}"), "netns", &pod.0]);
+    support::run("ip", &["link", "set", &n_if, "netns", &node.0]);
+    pod.run(&["ip", "link", "set", &format!("kvbp{id}"), "name", &b.pod_interface, "mtu", "1400"]);
+    pod.run(&["ip", "addr", "add", "10.1.1.5/24", "dev", &b.pod_interface]);
+    pod.run(&["ip", "link", "set", &b.pod_interface, "up"]);
+    pod.run(&["ip", "route", "add", "10.9.0.0/16", "via", "10.1.1.1", "dev", &b.pod_interface]);
+    node.run(&["ip", "addr", "add", "10.1.1.1/32", "dev", &n_if]);
+    node.run(&["ip", "link", "set", &n_if, "mtu", "1400", "up"]);
+    node.run(&["ip", "route", "add", "10.1.1.5/32", "dev", &n_if]);
+
+    let t = tempfile::tempdir().unwrap();
+    let resolv = t.path().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 10.96.0.10\n").unwrap();
+    let host = Host {
+        tun_device: "/dev/net/tun".into(),
+        resolv_conf: resolv,
+        state_dir: t.path().join("net"),
+        tap_owner: 107,
+    };
+    let (b2, h2) = (b.clone(), host.clone());
+    let (link, socket) = in_netns(&pod, move || {
+        let link = network::apply_bridge(&b2, &h2).unwrap_or_else(|e| panic!("{}", contracts::errors::chain_line(&e)));
+        (link, virt_launcher::dhcp::bind(&b2.bridge).unwrap())
+    });
+    assert_eq!((link.mtu, link.address.as_deref(), link.routes.len()), (1400, Some("10.1.1.5/24"), 1), "{link:?}");
+    let server = network::serve_bridge_dhcp(&b, &link, &host, socket).unwrap().expect("a DHCP server");
+
+    // The pod: the interface renamed, without its address, on the bridge beside the tap (owned by 107).
+    let show = |dev: &str| -> serde_json::Value {
+        serde_json::from_str(&pod.run(&["ip", "-j", "addr", "show", "dev", dev])).unwrap()
+    };
+    assert!(!pod.output(&["ip", "link", "show", &b.pod_interface]).status.success(), "the old name is gone");
+    let port = show(&b.port);
+    assert_eq!(port[0]["master"], b.bridge.as_str(), "{port}");
+    assert!(port[0]["addr_info"].as_array().unwrap().iter().all(|a| a["family"] != "inet"), "{port}");
+    let tap = show(&b.tap);
+    assert_eq!((tap[0]["master"].as_str(), tap[0]["mtu"].as_u64()), (Some(b.bridge.as_str()), Some(1400)), "{tap}");
+    assert_eq!(pod.run(&["cat", &format!("/sys/class/net/{}/owner", b.tap)]).trim(), "107");
+    assert_eq!(show(&b.bridge)[0]["addr_info"][0]["local"], "169.254.75.10");
+
+    // The "guest": a veth on the bridge where QEMU's tap would be.
+    let (g_br, g_if) = (format!("kvbg{id}"), format!("kvbh{id}"));
+    support::run("ip", &["link", "add", &g_br, "type", "veth", "peer", "name", &g_if]);
+    support::run("ip", &["link", "set", &g_br, "netns", &pod.0]);
+    support::run("ip", &["link", "set", &g_if, "netns", &guest.0]);
+    pod.run(&["ip", "link", "set", &g_br, "master", &b.bridge, "up"]);
+    guest.run(&["ip", "link", "set", &g_if, "name", "eth0", "address", mac, "mtu", "1400", "up"]);
+    let lease = udhcpc(&guest, t.path());
+    let get = |k: &str| lease.get(k).map(String::as_str).unwrap_or_default();
+    assert_eq!(
+        (get("ip"), get("subnet"), get("router"), get("staticroutes").trim()),
+        ("10.1.1.5", "255.255.255.0", "", "10.9.0.0/16 10.1.1.1"),
+        "{lease:?}"
+    );
+    assert_eq!(
+        (get("serverid"), get("hostname"), get("mtu"), get("dns").trim()),
+        ("169.254.75.10", "testvmi", "1400", "10.96.0.10")
+    );
+    assert!(server.exited().is_none(), "the DHCP server keeps running");
+
+    // The node reaches the guest on the address the pod interface had.
+    let www = t.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "guest on ptp\n").unwrap();
+    let _httpd = Killed(vec![guest.spawn(&["busybox", "httpd", "-f", "-p", "80", "-h", www.to_str().unwrap()])]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let page = node.output(&["curl", "-s", "-m", "5", "http://10.1.1.5/"]);
+    assert!(page.status.success(), "node → guest on 10.1.1.5: {page:?}");
+    assert_eq!(String::from_utf8_lossy(&page.stdout), "guest on ptp\n");
 }

@@ -30,7 +30,7 @@
 //! | `containerDisk` | qcow2 `launcher::container_disk_overlay` with `<backingStore>` = `launcher::container_disk_copy` (format from [`ConvertContext::container_disk_formats`]) |
 //! | `emptyDisk` / `cloudInitNoCloud` / `cloudInitConfigDrive` | qcow2 `launcher::empty_disk` / raw `launcher::cloud_init_disk` / raw `launcher::cloud_init_config_drive_disk` |
 //! | `persistentVolumeClaim` / `dataVolume` | Filesystem ⇒ raw file `launcher::pvc_disk`; Block ⇒ `type='block'` `launcher::pvc_device` (mode from [`ConvertContext::pvc_modes`], else `status.volumeStatus[].persistentVolumeClaimInfo.volumeMode`); `readOnly` ⇒ `<readonly/>` |
-//! | `interfaces[]` masquerade / bridge on the pod network | `<interface type='ethernet'>` on `<target dev='tap0' managed='no'/>` (the launcher's tap), `<model type='virtio-non-transitional'>` (or the named model), `<mac>` (given, else `launcher::derived_mac`), `<mtu>` from [`ConvertContext::pod_interface_mtu`], `state: down` ⇒ `<link state='down'/>` (`absent`: no device), `bootOrder` ⇒ `<boot>` else `<rom enabled='no'/>`, `acpiIndex`, `pciAddress`; alias `ua-<name>` |
+//! | `interfaces[]` masquerade / bridge on the pod network, bridge on a Multus network | `<interface type='ethernet'>` on `<target dev='tap0' managed='no'/>` (the launcher's tap; on a Multus network `launcher::secondary_tap` with the MTU from [`ConvertContext::secondary_mtus`]), `<model type='virtio-non-transitional'>` (or the named model), `<mac>` (given, else `launcher::derived_mac`), `<mtu>` from [`ConvertContext::pod_interface_mtu`], `state: down` ⇒ `<link state='down'/>` (`absent`: no device), `bootOrder` ⇒ `<boot>` else `<rom enabled='no'/>`, `acpiIndex`, `pciAddress`; alias `ua-<name>` |
 //! | serial console (unless `autoattachSerialConsole: false`) | `<serial type='unix'>` on `SocketDir::serial_console` with `<log file>` = `launcher::serial_log` (unless `logSerialConsole: false`), and `<console>` |
 //! | (always) | guest agent channel `org.qemu.guest_agent.0` on a virtio-serial controller |
 //! | graphics (unless `autoattachGraphicsDevice: false`) | VNC on `SocketDir::vnc`, `<video>` `vga` (or `video.type`) |
@@ -47,7 +47,7 @@
 //! cloudInitNoCloud, cloudInitConfigDrive, persistentVolumeClaim and dataVolume (ephemeral, hostDisk, secret,
 //! configMap, serviceAccount, downwardAPI, sysprep, …); LUN reservations, LUNs on
 //! Filesystem PVCs, changed block tracking, `blockSize.matchVolume`/discard granularity, the `supplementalPool`
-//! IOThreads policy, cdroms on virtio; interfaces on Multus or DRA networks, sriov, passtBinding, binding plugins
+//! IOThreads policy, cdroms on virtio; interfaces on Multus default or DRA networks, sriov, passtBinding, binding plugins
 //! and the discontinued slirp/macvtap/passt, network multiqueue; GPUs, host devices, virtiofs filesystems, TPM,
 //! sound, panic devices, vsock, downward metrics, USB client passthrough; unknown fields in `spec.domain`,
 //! `domain.devices`, disks and interfaces (a newer API's device would otherwise be dropped silently).
@@ -150,6 +150,8 @@ pub struct ConvertContext {
     pub no_direct_io: BTreeSet<String>,
     /// MTU of the pod interface, given to the guest's virtio NIC (`<mtu>`); none: QEMU's default.
     pub pod_interface_mtu: Option<u32>,
+    /// MTU of each secondary (Multus) interface's pod interface, by spec interface name; that NIC's `<mtu>`.
+    pub secondary_mtus: BTreeMap<String, u32>,
     /// Prepended to every file path of the launcher contract (`""` in production; a temporary directory in tests).
     pub path_prefix: String,
     /// Hotpluggable volumes the node agent has put into the launcher pod, with the target device each has (or
@@ -166,6 +168,7 @@ impl ConvertContext {
             container_disk_formats: BTreeMap::new(),
             no_direct_io: BTreeSet::new(),
             pod_interface_mtu: None,
+            secondary_mtus: BTreeMap::new(),
             path_prefix: String::new(),
             hotplugged: BTreeMap::new(),
         }
@@ -203,6 +206,7 @@ impl ConvertContext {
         }
         ctx.no_direct_io = prepared.no_direct_io.clone();
         ctx.pod_interface_mtu = prepared.pod_interface_mtu;
+        ctx.secondary_mtus = prepared.secondary_mtus.clone();
         Ok(ctx)
     }
 
@@ -1355,22 +1359,35 @@ fn interfaces(vmi: &VirtualMachineInstance, ctx: &ConvertContext, virtio: &'stat
         let network =
             *networks.get(name).ok_or_else(|| ConvertError::InterfaceWithoutNetwork { interface: name.to_owned() })?;
         refuse_extra(format!("spec.networks[{name}]"), &network.extra)?;
-        if network.multus.is_some() {
-            return unsupported(Unsupported::Network { network: name.to_owned(), kind: "multus" });
+        if network.multus.as_ref().is_some_and(|m| m.default == Some(true)) {
+            return unsupported(Unsupported::Network { network: name.to_owned(), kind: "Multus default" });
         }
         if network.resource_claim.is_some() {
             return unsupported(Unsupported::Network { network: name.to_owned(), kind: "resourceClaim" });
         }
-        if network.pod.is_none() {
+        if network.pod.is_none() && network.multus.is_none() {
             return Err(invalid(format!("spec.networks[{name}]"), name, "no network source"));
         }
         binding(iface)?;
         if iface.state == Some(InterfaceState::Absent) {
             continue;
         }
-        if let Some(other) = pod_interface.replace(name) {
-            return Err(invalid(field("name"), name, "a second interface on the pod network").with_other(other));
-        }
+        // The pod network's tap, or a secondary network's (the launcher's bridge binding).
+        let (tap, mtu) = if network.multus.is_some() {
+            if iface.bridge.is_none() {
+                return Err(invalid(
+                    field("masquerade"),
+                    name,
+                    "Masquerade interface only implemented with pod network",
+                ));
+            }
+            (launcher::secondary_tap(name), ctx.secondary_mtus.get(name).copied())
+        } else {
+            if let Some(other) = pod_interface.replace(name) {
+                return Err(invalid(field("name"), name, "a second interface on the pod network").with_other(other));
+            }
+            (launcher::POD_TAP.to_owned(), ctx.pod_interface_mtu)
+        };
         if d.network_interface_multiqueue == Some(true) {
             return unsupported(Unsupported::Interface {
                 interface: name.to_owned(),
@@ -1399,13 +1416,12 @@ fn interfaces(vmi: &VirtualMachineInstance, ctx: &ConvertContext, virtio: &'stat
         let rom = boot.is_none().then(|| Element::new("rom").attr("enabled", "no"));
         let acpi = iface.acpi_index.map(|i| Element::new("acpi").attr("index", i.to_string()));
         let pci = iface.pci_address.as_deref().map(|a| pci_address(&field("pciAddress"), a)).transpose()?;
-        let mtu =
-            ctx.pod_interface_mtu.filter(|_| model == virtio).map(|m| Element::new("mtu").attr("size", m.to_string()));
+        let mtu = mtu.filter(|_| model == virtio).map(|m| Element::new("mtu").attr("size", m.to_string()));
         out.push(
             Element::new("interface")
                 .attr("type", "ethernet")
                 .child(Element::new("mac").attr("address", mac))
-                .child(Element::new("target").attr("dev", launcher::POD_TAP).attr("managed", "no"))
+                .child(Element::new("target").attr("dev", tap).attr("managed", "no"))
                 .child(Element::new("model").attr("type", model))
                 .child_opt(mtu)
                 .child_opt(link)

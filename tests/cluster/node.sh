@@ -18,6 +18,11 @@ KUBE_PROXY_METRICS_PORT=${KV_KUBE_PROXY_METRICS_PORT:-30249}
 # kube-proxy serves every node (one host network namespace), so its cluster CIDR covers every node's pod CIDR.
 CLUSTER_CIDR=10.244.0.0/16
 NODE_DAEMONS="registry containerd kubelet kube-proxy local-provisioner"
+# Multus (thin plugin, built by build-multus.sh) is every node's CNI entry point; it delegates eth0 to the node's
+# bridge conflist and secondary networks (pod annotation k8s.v1.cni.cncf.io/networks) to their
+# NetworkAttachmentDefinitions (tests/cluster/multus/). Host-local IPAM state of those secondary networks lives in
+# one directory for both nodes (one host: their addresses never collide); the NADs `up` applies point there.
+MULTUS_IPAM_DIR=$T/multus-ipam
 
 # Number of nodes: 1 (default) or 2 (`KV_NODES=2 tests/cluster/up`).
 KV_NODES=${KV_NODES:-1}
@@ -145,8 +150,15 @@ node2_healthy() {
   node_ready "$NODE2_NAME"
 }
 
+# The selected node's containerd and CNI config. containerd uses the alphabetically first config of conf_dir:
+# 00-multus.conf, the Multus thin plugin, whose only delegate (the cluster network, eth0) is the node's bridge
+# conflist, also kept as 10-kvtest.conflist. bin_dir is the node's own directory of links to the Debian CNI plugins
+# (/usr/lib/cni) and the multus binary; Multus finds the delegates' plugins there too (binDir).
 write_containerd_config() {
-  mkdir -p "$N_CTD" "$N_CNI/net.d" "$N_CNI/ipam"
+  local p
+  mkdir -p "$N_CTD" "$N_CNI/net.d" "$N_CNI/ipam" "$N_CNI/bin" "$N_CNI/multus/net.d" "$MULTUS_IPAM_DIR"
+  for p in /usr/lib/cni/*; do ln -sfn "$p" "$N_CNI/bin/${p##*/}"; done
+  ln -sfn "$MULTUS_BIN_DIR/multus" "$N_CNI/bin/multus"
   cat >"$N_CTD/config.toml" <<TOML
 version = 2
 root = "$N_CTD/root"
@@ -173,12 +185,13 @@ state = "$N_CTD/state"
         SystemdCgroup = false
         Root = "$N_CTD/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$N_CNI/bin"
     conf_dir = "$N_CNI/net.d"
   [plugins."io.containerd.grpc.v1.cri".registry.mirrors."$REGISTRY"]
     endpoint = ["http://$REGISTRY"]
 TOML
-  cat >"$N_CNI/net.d/10-kvtest.conflist" <<JSON
+  local cluster_net
+  cluster_net=$(cat <<JSON
 {
   "cniVersion": "0.4.0",
   "name": "$N_NET",
@@ -189,6 +202,24 @@ TOML
               "dataDir": "$N_CNI/ipam"}
     }
   ]
+}
+JSON
+)
+  echo "$cluster_net" >"$N_CNI/net.d/10-kvtest.conflist"
+  # kubeconfig: Multus reads the pod's networks annotation and the NADs, and writes the pod's
+  # k8s.v1.cni.cncf.io/network-status annotation. cniDir caches each pod's delegates for DEL.
+  cat >"$N_CNI/net.d/00-multus.conf" <<JSON
+{
+  "cniVersion": "0.4.0",
+  "name": "multus-cni-network",
+  "type": "multus",
+  "kubeconfig": "$KUBECONFIG_FILE",
+  "binDir": "$N_CNI/bin",
+  "cniDir": "$N_CNI/multus",
+  "confDir": "$N_CNI/multus/net.d",
+  "logFile": "$T/${N_CONTAINERD%containerd}multus.log",
+  "logLevel": "error",
+  "delegates": [$cluster_net]
 }
 JSON
 }
@@ -321,21 +352,41 @@ node2_up() {
   apply_storage_classes
 }
 
+# release_multus_leases IDS: drop the host-local leases of the shared secondary-network IPAM dir held by these pod
+# sandboxes (a lease file is named by its address and holds the container ID, then the interface name). Their
+# veths and host routes (ptp) went with their network namespaces; `down` removes the whole directory anyway, this is
+# for a node restarted alone (node 2) while the other keeps its pods and leases.
+release_multus_leases() {
+  local f id
+  [ -n "$1" ] && [ -d "$MULTUS_IPAM_DIR" ] || return 0
+  for f in "$MULTUS_IPAM_DIR"/*/*; do
+    [ -f "$f" ] || continue
+    id=$(head -n 1 "$f" | tr -d '\r')
+    [ -z "$id" ] || ! grep -qxF -- "$id" <<<"$1" || rm -f "$f"
+  done
+  return 0
+}
+
 # stop_node_runtime: the selected node's kubelet, its pods and its containerd.
 stop_node_runtime() {
   stop_pids "$N_KUBELET"
   # Pod sandboxes/containers are children of containerd shims; stop them through containerd before containerd.
   if pid_alive "$N_CONTAINERD"; then
-    local c="ctr -a $N_CTD/containerd.sock -n k8s.io" t ns
+    local c="ctr -a $N_CTD/containerd.sock -n k8s.io" t ns ids
     # The pods' network namespaces (CRI pins them under /run/netns): with the kubelet gone nobody asks CNI to
     # tear them down, so delete them once their processes are dead; their veths go with them.
     ns=$(for t in $($c containers ls -q 2>/dev/null); do $c containers info "$t" 2>/dev/null; done |
       { grep -o 'netns/cni-[0-9a-f-]*' || true; } | sed 's#^netns/##' | sort -u)
+    ids=$($c containers ls -q 2>/dev/null || true)
     for t in $($c tasks ls -q 2>/dev/null); do $c tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
     sleep 1
     for t in $($c tasks ls -q 2>/dev/null); do $c tasks delete -f "$t" >/dev/null 2>&1 || true; done
     for t in $($c containers ls -q 2>/dev/null); do $c containers delete "$t" >/dev/null 2>&1 || true; done
     for t in $ns; do ip netns delete "$t" 2>/dev/null || true; done
+    release_multus_leases "$ids"
+    # libcni (in containerd) caches each attachment's result as /var/lib/cni/results/<network>-<sandbox>-<ifname>
+    # (the Multus config's, its loopback's) until a CNI DEL that never comes for these pods.
+    for t in $ids; do rm -f /var/lib/cni/results/*-"$t"-*; done
   fi
   stop_pids "$N_CONTAINERD"
 }

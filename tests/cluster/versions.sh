@@ -8,3 +8,6 @@ K8S_COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube
 KV_CACHE=${KV_CACHE:-$HOME/.cache/kubevirt-rs}
 K8S_BIN_DIR=$KV_CACHE/k8s-bin/v$K8S_VERSION
 ETCD_BIN_DIR=$KV_CACHE/etcd-bin/v$ETCD_VERSION
+# Multus CNI's thin plugin (cmd/multus), built by build-multus.sh; the nodes' CNI config delegates to it.
+MULTUS_VERSION=${MULTUS_VERSION:-4.2.3}
+MULTUS_BIN_DIR=$KV_CACHE/multus-bin/v$MULTUS_VERSION

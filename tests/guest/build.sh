@@ -14,7 +14,8 @@
 #                ../shared/infra/real-components.md §12)
 #   manifest     the recipe hash, the Debian packages (name + version) it was built from, the modules the init
 #                loads and those the kernel lacks (`missing`; empty for the default flavour)
-# The kernel command line is `console=ttyS0,115200 quiet`; the init's console protocol (marker lines) is documented
+# The kernel command line is `console=ttyS0,115200 quiet no_timer_check`: under TCG on a loaded host the kernel's
+# IO-APIC timer check can miss its ticks and panic ("IO-APIC + timer doesn't work!"), as cloud images avoid; the init's console protocol (marker lines) is documented
 # at the top of tests/guest/initramfs/init. <hash> covers this script and every file under tests/guest/initramfs/
 # (contents and modes), so editing either builds a new directory (the two newest are kept). The Debian packages are
 # the current candidates of the machine's apt sources; their versions are recorded in `manifest`.
@@ -35,7 +36,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KV_CACHE=${KV_CACHE:-$HOME/.cache/kubevirt-rs}
 CACHE=$KV_CACHE/guest
 FLAVOUR=${GUEST_KERNEL_FLAVOUR:-amd64}
-CMDLINE="console=ttyS0,115200 quiet"
+CMDLINE="console=ttyS0,115200 quiet no_timer_check"
 DISK_MIB=32
 PART_START=2048 # sectors (1 MiB)
 # Drivers the init loads (with their dependencies; whatever the kernel has built in is dropped from the list).

@@ -198,6 +198,74 @@ async fn upstream_vmi_sata_nocloud_masquerade_and_migratable_boot() -> Result<()
     env.ns.delete().await
 }
 
+/// The VMI's `status.interfaces[name]` address.
+fn interface_ip(vmi: &VirtualMachineInstance, name: &str) -> Option<String> {
+    let ifaces = vmi.status.as_ref().and_then(|s| s.interfaces.as_ref())?;
+    ifaces.iter().find(|i| i.name.as_deref() == Some(name)).and_then(|i| i.ip_address.clone())
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up, with Multus) and the stack (tests/cluster/install-stack)"]
+async fn upstream_vmi_multus_examples_boot_with_the_secondary_nic_bridged_to_the_ptp_network() -> Result<()> {
+    let env = setup("vmi-multus").await?;
+    // The cluster's `ptp` NetworkAttachmentDefinition (tests/cluster/multus), copied into the test namespace: the
+    // examples name it without a namespace.
+    let config = env.kubectl_global(&[
+        "get",
+        "network-attachment-definitions.k8s.cni.cncf.io",
+        "ptp-conf",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.config}",
+    ])?;
+    let nad = format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ptp-conf}}\nspec:\n  config: {}\n",
+        serde_json::Value::String(config)
+    );
+    env.kubectl_manifest("create", &nad)?;
+    let names = ["vmi-multus-ptp", "vmi-multus-multiple-net"];
+    for name in names {
+        env.apply_example(&format!("{name}.yaml"))?;
+    }
+    for name in names {
+        let vmi = env.wait_phase(name, Phase::Running, BOOT_TIMEOUT).await?;
+        let pod = env.launcher_pod(&vmi).await?;
+        let pod_name = pod.name_any();
+        // The launcher pod asks Multus for the network on upstream's hashed interface name.
+        let networks = pod.annotations().get("k8s.v1.cni.cncf.io/networks").cloned().unwrap_or_default();
+        assert!(networks.contains("\"ptp-conf\"") && networks.contains("pode31d7ce2712"), "{networks}");
+        // The guest NIC on the ptp network: its lease (the address Multus gave the pod interface, moved to the
+        // guest), and the VMI reports that address as Multus reported it.
+        let nic = if name == "vmi-multus-ptp" { "eth0" } else { "eth1" };
+        let vmi = poll_object(&env.vmis(), name, Duration::from_secs(60), |v: &VirtualMachineInstance| {
+            interface_ip(v, "ptp").is_some()
+        })
+        .await?;
+        let ip = interface_ip(&vmi, "ptp").unwrap_or_default();
+        assert!(ip.starts_with("10.1.1."), "the ptp network's address: {ip}");
+        let log = env.wait_console(&pod_name, &format!("KUBEVIRT-RS-GUEST-IP {nic} {ip}/24"), BOOT_TIMEOUT).await?;
+        let xml = env.domain_xml(&pod_name, name)?;
+        assert!(xml.contains("<target dev='tape31d7ce2712' managed='no'/>"), "{xml}");
+        // The guest answers on its ptp address, from the node (the ptp plugin's host route).
+        let page = http_get(&ip).await?;
+        assert!(page.contains(MARKER) && page.contains(&ip), "{page}\n--- console:\n{log}");
+        if name == "vmi-multus-multiple-net" {
+            // The pod network still works beside it: masquerade on eth0, the default route stays there.
+            assert!(log.contains("KUBEVIRT-RS-GUEST-IP eth0 10.0.2.2/24 router=10.0.2.1"), "{log}");
+            let page = http_get(&vmi_ip(&vmi)).await?;
+            assert!(page.contains("addresses=10.0.2.2"), "{page}");
+        }
+    }
+    for name in names {
+        env.vmis().delete(name, &DeleteParams::default()).await?;
+    }
+    for name in names {
+        env.wait_gone(name, Duration::from_secs(90)).await?;
+    }
+    env.ns.delete().await
+}
+
 /// A DataVolume importing the test guest's containerDisk from the test registry (reached from pods through the
 /// node's NAT) into a `mode` claim.
 fn guest_datavolume(name: &str, image: &str, mode: &str) -> String {

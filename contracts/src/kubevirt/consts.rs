@@ -67,6 +67,8 @@ pub mod label {
 pub mod ann {
     /// On launcher pods: the secondary (Multus) networks, a JSON list of `{name, namespace, interface}`.
     pub use crate::cdi::consts::ann::MULTUS_NETWORKS;
+    /// On launcher pods, written by Multus: every attachment's `{name, interface, ips, mac, default}` (JSON list).
+    pub const MULTUS_NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
     /// On launcher pods: the VMI (domain) name.
     pub const DOMAIN: &str = "kubevirt.io/domain";
     /// On launcher pods: the container `kubectl logs/exec` picks (`compute`).

@@ -340,6 +340,41 @@ pub struct SetupReply {
     /// The pod interface's MTU (the masquerade binding's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
+    /// The bridge bindings of secondary (Multus) interfaces, in the spec's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondary: Vec<SecondaryLink>,
+    /// The spec interfaces whose DHCP server sockets are attached to the reply, in the order of the descriptors
+    /// (the masquerade interface's first, then every secondary interface that had an IPv4 address).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dhcp_interfaces: Vec<String>,
+}
+
+/// A secondary interface's bridge binding as the privileged set-up made it: the pod interface Multus created is a
+/// port of [`secondary_bridge`] beside the guest's [`secondary_tap`], and its IPv4 settings (removed from it) are
+/// what the guest gets by DHCP.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecondaryLink {
+    /// The spec's interface (and network) name.
+    pub interface: String,
+    /// The pod interface's MTU (the guest NIC's).
+    pub mtu: u32,
+    /// The pod interface's IPv4 address as `a.b.c.d/prefix`, moved to the guest; `None`: the network has no IPAM
+    /// and the guest gets no DHCP answer on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The pod interface's IPv4 routes through a gateway (`0.0.0.0/0` for a default route), offered to the guest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+/// An IPv4 route through a gateway.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Route {
+    /// The destination, `a.b.c.d/prefix`.
+    pub dst: String,
+    /// The gateway.
+    pub gateway: String,
 }
 
 impl SetupReply {
@@ -391,6 +426,30 @@ fn network_hash(network_name: &str) -> String {
 /// VMI controller names it in the pod's `k8s.v1.cni.cncf.io/networks`; the launcher binds it.
 pub fn secondary_pod_interface(network_name: &str) -> String {
     format!("pod{}", network_hash(network_name))
+}
+
+/// The in-pod bridge of the bridge binding on secondary network `network_name`: upstream's `k6t-` + the hash of
+/// [`secondary_pod_interface`] (15 characters, Linux's limit).
+pub fn secondary_bridge(network_name: &str) -> String {
+    format!("k6t-{}", network_hash(network_name))
+}
+
+/// The guest's tap on secondary network `network_name` (upstream's `tap` + the hash); the domain's
+/// `<target dev>`.
+pub fn secondary_tap(network_name: &str) -> String {
+    format!("tap{}", network_hash(network_name))
+}
+
+/// The name the pod interface of secondary network `network_name` gets once it is a port of the bridge
+/// (upstream's `<hash>-nic`).
+pub fn secondary_bridge_port(network_name: &str) -> String {
+    format!("{}-nic", network_hash(network_name))
+}
+
+/// The link-local address of the bridge of the `index`-th interface of the VMI (upstream's `169.254.75.1<index>`
+/// for the first ten): the guest's DHCP server answers from it. `None` past the 245th.
+pub fn secondary_bridge_address(index: usize) -> Option<std::net::Ipv4Addr> {
+    u8::try_from(index).ok().and_then(|i| i.checked_add(10)).map(|last| std::net::Ipv4Addr::new(169, 254, 75, last))
 }
 
 /// The nftables table (family `ip`) of the masquerade binding (upstream's name).
@@ -509,6 +568,10 @@ pub struct Prepared {
     /// MTU of the pod interface (`eth0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_interface_mtu: Option<u32>,
+    /// MTU of each secondary interface's pod interface, by spec interface name (bridge bindings on Multus
+    /// networks); the domain's `<mtu>` of that NIC.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secondary_mtus: BTreeMap<String, u32>,
 }
 
 impl Prepared {
@@ -581,5 +644,12 @@ mod tests {
         assert_eq!(secondary_pod_interface("ptp"), "pode31d7ce2712");
         assert!(secondary_pod_interface("a-very-long-network-name").len() <= 15);
         assert_ne!(secondary_pod_interface("a"), secondary_pod_interface("b"));
+        assert_eq!(
+            [secondary_bridge("ptp"), secondary_tap("ptp"), secondary_bridge_port("ptp")],
+            ["k6t-e31d7ce2712", "tape31d7ce2712", "e31d7ce2712-nic"]
+        );
+        assert_eq!(secondary_bridge_address(0), Some(std::net::Ipv4Addr::new(169, 254, 75, 10)));
+        assert_eq!(secondary_bridge_address(3), Some(std::net::Ipv4Addr::new(169, 254, 75, 13)));
+        assert_eq!(secondary_bridge_address(246), None);
     }
 }

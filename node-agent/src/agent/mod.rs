@@ -291,6 +291,11 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
                 v
             },
         );
+    let secondary_ips = pod
+        .as_ref()
+        .and_then(|p| p.annotations().get(contracts::kubevirt::consts::ann::MULTUS_NETWORK_STATUS))
+        .map(|a| plan::network_status_ips(a))
+        .unwrap_or_default();
     let pod_terminated = matches!(pod_status.phase.as_deref(), Some("Succeeded" | "Failed"));
     let running_now = matches!(domain, DomainView::Present { state: DomainState::Running, .. });
     let unshared = if running_now && vmi.phase() != crds::kubevirt::VirtualMachineInstancePhase::Running {
@@ -312,6 +317,7 @@ async fn reconcile_once(vmi: &VirtualMachineInstance, ctx: &Context) -> Result<R
         vmi,
         migration,
         pod_ips,
+        secondary_ips,
         pod_terminated,
         launcher,
         terminating,

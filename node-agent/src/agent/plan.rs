@@ -13,6 +13,7 @@
 //! phase from Scheduled on, `interfaces`, `machine`, conditions `LiveMigratable` and `Paused`, `Synchronized` on
 //! its own failures; the rest is the controller's.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use contracts::kubevirt::consts::{reason, reason::not_migratable};
@@ -27,7 +28,7 @@ use crds::kubevirt::vmi::{
 use crds::quantity::{Format, Quantity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::domain_xml::{Acceleration, ConvertContext, ImageFormat, PvcVolumeMode, to_domain_xml};
+use crate::domain_xml::{Acceleration, ConvertContext, to_domain_xml};
 use crate::libvirt::{DomainState, StateReason};
 use crate::phase::{Acpi, Launcher, phase_for, phase_without_domain};
 
@@ -110,6 +111,9 @@ pub struct Observed<'a> {
     pub migration: MigrationRole,
     /// The launcher pod's IP addresses (the first is the pod IP).
     pub pod_ips: Vec<String>,
+    /// The IP addresses of the launcher pod's secondary (Multus) interfaces, by pod interface name
+    /// ([`network_status_ips`] of its `k8s.v1.cni.cncf.io/network-status`).
+    pub secondary_ips: BTreeMap<String, Vec<String>>,
     /// Whether the launcher pod is terminated (its containers exited).
     pub pod_terminated: bool,
     /// The launcher's state.
@@ -179,37 +183,30 @@ fn elapsed(since: &Time, now: &Time) -> Duration {
     Duration::from_secs(now.0.as_second().saturating_sub(since.0.as_second()).max(0).unsigned_abs())
 }
 
-/// The conversion context from what the launcher prepared: its PVC and DataVolume volumes are block devices
-/// when the launcher found them so, else `disk.img` files on a filesystem.
-fn convert_context(vmi: &VirtualMachineInstance, prepared: &Prepared, use_emulation: bool) -> ConvertContext {
-    let mut ctx = ConvertContext::new(if use_emulation { Acceleration::Emulation } else { Acceleration::Kvm });
-    for (volume, format) in &prepared.container_disk_formats {
-        let f = if format == "raw" { ImageFormat::Raw } else { ImageFormat::Qcow2 };
-        ctx = ctx.with_container_disk_format(volume, f);
+/// The IP addresses of each interface in a pod's `k8s.v1.cni.cncf.io/network-status` (written by Multus), by
+/// interface name; an unreadable annotation gives none.
+pub fn network_status_ips(annotation: &str) -> BTreeMap<String, Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Attachment {
+        #[serde(default)]
+        interface: Option<String>,
+        #[serde(default)]
+        ips: Vec<String>,
     }
-    let claims =
-        vmi.spec.volumes.iter().flatten().filter(|v| v.persistent_volume_claim.is_some() || v.data_volume.is_some());
-    for volume in claims {
-        let mode = if prepared.block_volumes.contains(&volume.name) {
-            PvcVolumeMode::Block
-        } else {
-            PvcVolumeMode::Filesystem
-        };
-        ctx = ctx.with_pvc_mode(&volume.name, mode);
-    }
-    ctx.no_direct_io = prepared.no_direct_io.clone();
-    if let Some(mtu) = prepared.pod_interface_mtu {
-        ctx = ctx.with_pod_interface_mtu(mtu);
-    }
-    ctx
+    serde_json::from_str::<Vec<Attachment>>(annotation)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|a| Some((a.interface?, a.ips)))
+        .collect()
 }
 
-/// `status.interfaces` of a running guest: the pod-network interfaces with the pod IP (masquerade and bridge both
-/// present the pod IP as the VMI's address) and the MAC the domain got.
+/// `status.interfaces` of a running guest, with the MAC the domain got: the pod-network interface with the pod IP
+/// (masquerade and bridge both present the pod IP as the VMI's address), and each secondary (Multus) interface
+/// with the address Multus reported for its pod interface (the bridge binding hands that address to the guest).
 fn interfaces(o: &Observed<'_>) -> Vec<VirtualMachineInstanceNetworkInterface> {
     let vmi = o.vmi;
-    let pod_networks: Vec<&str> =
-        vmi.spec.networks.iter().flatten().filter(|n| n.pod.is_some()).map(|n| n.name.as_str()).collect();
+    let networks: BTreeMap<&str, &crds::kubevirt::network::Network> =
+        vmi.spec.networks.iter().flatten().map(|n| (n.name.as_str(), n)).collect();
     let uid = vmi.metadata.uid.clone().unwrap_or_default();
     vmi.spec
         .domain
@@ -217,17 +214,28 @@ fn interfaces(o: &Observed<'_>) -> Vec<VirtualMachineInstanceNetworkInterface> {
         .interfaces
         .iter()
         .flatten()
-        .filter(|i| pod_networks.contains(&i.name.as_str()))
-        .map(|i| VirtualMachineInstanceNetworkInterface {
-            name: Some(i.name.clone()),
-            ip_address: o.pod_ips.first().cloned(),
-            ip_addresses: (!o.pod_ips.is_empty()).then(|| o.pod_ips.clone()),
-            mac: Some(i.mac_address.clone().unwrap_or_else(|| launcher::derived_mac(&uid, &i.name))),
-            pod_interface_name: Some(POD_INTERFACE.to_owned()),
-            info_source: Some(info_source::DOMAIN.to_owned()),
-            queue_count: Some(1),
-            link_state: Some("up".to_owned()),
-            ..Default::default()
+        .filter_map(|i| {
+            let network = networks.get(i.name.as_str())?;
+            let (ips, pod_interface, source) = if network.pod.is_some() {
+                (o.pod_ips.clone(), POD_INTERFACE.to_owned(), info_source::DOMAIN.to_owned())
+            } else if network.multus.as_ref().is_some_and(|m| m.default != Some(true)) {
+                let pod_interface = launcher::secondary_pod_interface(&i.name);
+                let ips = o.secondary_ips.get(&pod_interface).cloned().unwrap_or_default();
+                (ips, pod_interface, format!("{}, {}", info_source::DOMAIN, info_source::MULTUS_STATUS))
+            } else {
+                return None;
+            };
+            Some(VirtualMachineInstanceNetworkInterface {
+                name: Some(i.name.clone()),
+                ip_address: ips.first().cloned(),
+                ip_addresses: (!ips.is_empty()).then_some(ips),
+                mac: Some(i.mac_address.clone().unwrap_or_else(|| launcher::derived_mac(&uid, &i.name))),
+                pod_interface_name: Some(pod_interface),
+                info_source: Some(source),
+                queue_count: Some(1),
+                link_state: Some("up".to_owned()),
+                ..Default::default()
+            })
         })
         .collect()
 }
@@ -377,7 +385,10 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 // Stopped before its domain existed.
                 fail(&mut status, &mut plan, "the VMI was stopped before its domain was started".into(), now);
             } else if phase == Phase::Scheduled {
-                match to_domain_xml(vmi, &convert_context(vmi, prepared, o.use_emulation)) {
+                let acceleration = if o.use_emulation { Acceleration::Emulation } else { Acceleration::Kvm };
+                let xml =
+                    ConvertContext::from_prepared(acceleration, prepared, vmi).and_then(|c| to_domain_xml(vmi, &c));
+                match xml {
                     Ok(xml) => {
                         plan.domain = Some(DomainOp::DefineAndStart(xml));
                         plan.events.push((false, event::CREATED.0, event::CREATED.1.to_owned()));
@@ -481,6 +492,7 @@ mod tests {
             vmi,
             migration: MigrationRole::None,
             pod_ips: vec!["10.244.0.7".into()],
+            secondary_ips: BTreeMap::new(),
             pod_terminated: false,
             launcher,
             terminating: false,
@@ -549,6 +561,42 @@ mod tests {
         let lm = s.conditions.unwrap_or_default().into_iter().find(|c| c.type_ == Type::LiveMigratable);
         assert_eq!(lm.map(|c| c.status), Some(ConditionStatus::True));
         assert_eq!(p.events.first().map(|e| e.1), Some("Started"));
+    }
+
+    /// Upstream's vmi-multus-multiple-net: the secondary interface reports the address Multus gave its pod
+    /// interface (the guest's, through the bridge binding) and its source.
+    #[test]
+    fn secondary_interfaces_report_multus_addresses() {
+        let mut v = vmi("Scheduled", 30);
+        v.spec.networks = serde_json::from_value(
+            json!([{"name": "default", "pod": {}}, {"name": "ptp", "multus": {"networkName": "ptp-conf"}}]),
+        )
+        .ok();
+        let ifaces = json!([{"name": "default", "masquerade": {}}, {"name": "ptp", "bridge": {}}]);
+        v.spec.domain.devices.interfaces = serde_json::from_value(ifaces).ok();
+        let status = network_status_ips(
+            r#"[{"name":"kvtest","interface":"eth0","ips":["10.244.0.7"],"default":true},
+               {"name":"ns/ptp-conf","interface":"pode31d7ce2712","ips":["10.1.1.5"],"mac":"aa:bb:cc:dd:ee:ff"}]"#,
+        );
+        assert_eq!(status.get("pode31d7ce2712"), Some(&vec!["10.1.1.5".to_owned()]));
+        assert!(network_status_ips("not json").is_empty());
+        let mut o = observed(&v, ready(), present(DomainState::Running, StateReason::Booted), 0);
+        o.secondary_ips = status;
+        let s = plan(&o).status.unwrap_or_default();
+        let got: Vec<_> = s
+            .interfaces
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| (i.name, i.ip_address, i.pod_interface_name, i.info_source))
+            .collect();
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            got,
+            [
+                (some("default"), some("10.244.0.7"), some("eth0"), some("domain")),
+                (some("ptp"), some("10.1.1.5"), some("pode31d7ce2712"), some("domain, multus-status")),
+            ]
+        );
     }
 
     #[test]

@@ -379,11 +379,51 @@ fn interfaces() {
             other => panic!("{other}"),
         }
     }
-    let multus = err(|v| {
-        v["spec"]["domain"]["devices"]["interfaces"] = json!([{"name": "m", "bridge": {}}]);
-        v["spec"]["networks"] = json!([{"name": "m", "multus": {"networkName": "ptp"}}]);
-    });
-    assert_eq!(multus, ConvertError::Unsupported(Unsupported::Network { network: "m".into(), kind: "multus" }));
+    // Upstream's vmi-multus-multiple-net: the secondary interface is on the launcher's tap for that network,
+    // with its pod interface's MTU.
+    let multiple = |ifaces: Value, networks: Value| {
+        move |v: &mut Value| {
+            v["spec"]["domain"]["devices"]["interfaces"] = ifaces;
+            v["spec"]["networks"] = networks;
+        }
+    };
+    let x = to_domain_xml(
+        &vmi(multiple(
+            json!([{"name": "default", "masquerade": {}}, {"name": "ptp", "bridge": {}}]),
+            json!([{"name": "default", "pod": {}}, {"name": "ptp", "multus": {"networkName": "ptp-conf"}}]),
+        )),
+        &ConvertContext { secondary_mtus: [("ptp".to_owned(), 1400)].into(), ..ctx().with_pod_interface_mtu(1450) },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    has(
+        &x,
+        "<target dev='tap0' managed='no'/>\n      <model type='virtio-non-transitional'/>\n      <mtu size='1450'/>",
+    );
+    has(
+        &x,
+        &format!(
+            "<mac address='{}'/>\n      <target dev='tape31d7ce2712' managed='no'/>\n      \
+             <model type='virtio-non-transitional'/>\n      <mtu size='1400'/>\n      <alias name='ua-ptp'/>",
+            launcher::derived_mac("11111111-2222-4333-8444-555555555555", "ptp")
+        ),
+    );
+    let on_multus = |iface: Value, network: Value| err(multiple(json!([iface]), json!([network])));
+    assert_eq!(
+        on_multus(
+            json!({"name": "m", "bridge": {}}),
+            json!({"name": "m", "multus": {"networkName": "p", "default": true}})
+        ),
+        ConvertError::Unsupported(Unsupported::Network { network: "m".into(), kind: "Multus default" })
+    );
+    let masquerade =
+        on_multus(json!({"name": "m", "masquerade": {}}), json!({"name": "m", "multus": {"networkName": "p"}}));
+    assert!(
+        matches!(
+            masquerade,
+            ConvertError::Invalid { reason: "Masquerade interface only implemented with pod network", .. }
+        ),
+        "{masquerade}"
+    );
     let two = err(|v| {
         v["spec"]["domain"]["devices"]["interfaces"] =
             json!([{"name": "a", "bridge": {}}, {"name": "b", "bridge": {}}]);
@@ -556,7 +596,8 @@ fn the_context_from_what_the_launcher_prepared() {
         ]);
     });
     let prepared: launcher::Prepared = serde_json::from_value(json!({
-        "containerDiskFormats": {"cd": "raw"}, "blockVolumes": ["blk"], "noDirectIo": ["fs"], "podInterfaceMtu": 1450
+        "containerDiskFormats": {"cd": "raw"}, "blockVolumes": ["blk"], "noDirectIo": ["fs"], "podInterfaceMtu": 1450,
+        "secondaryMtus": {"ptp": 1400}
     }))
     .unwrap_or_else(|e| panic!("{e}"));
     let ctx = ConvertContext::from_prepared(Acceleration::Emulation, &prepared, &vmi).unwrap_or_else(|e| panic!("{e}"));
@@ -566,7 +607,7 @@ fn the_context_from_what_the_launcher_prepared() {
         modes,
         [("blk", PvcVolumeMode::Block), ("dv", PvcVolumeMode::Filesystem), ("fs", PvcVolumeMode::Filesystem)]
     );
-    assert_eq!(ctx.pod_interface_mtu, Some(1450));
+    assert_eq!((ctx.pod_interface_mtu, ctx.secondary_mtus.get("ptp")), (Some(1450), Some(&1400)));
     let x = to_domain_xml(&vmi, &ctx).unwrap_or_else(|e| panic!("{e}"));
     has(&x, "<format type='raw'/>");
     has(&x, "<source dev='/dev/blk'/>");
