@@ -15,6 +15,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::customize::Customization;
 use crate::install::{remove, roll};
 use crate::plan::{self, cdi_phase};
 use crate::release::Release;
@@ -60,7 +61,7 @@ pub async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Context>) -> Result<Action, Error
         let mut s = old.clone();
         s.phase = Some(cdi_phase::DELETING.into());
         patch_status(&api, &cdi, s.clone()).await?;
-        let stages = crate::manifests::cdi(&release)?;
+        let stages = crate::manifests::cdi(&release, &Customization::default())?;
         return match remove(&ctx, &stages, &[]).await {
             Ok(true) => {
                 s.phase = Some(cdi_phase::DELETED.into());
@@ -83,7 +84,8 @@ pub async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Context>) -> Result<Action, Error
     }
     set_finalizer(&api, &cdi, true).await?;
     let outcome = async {
-        let stages = crate::manifests::cdi(&release).map_err(|e| e.to_string())?;
+        let customization = Customization::cdi(&cdi.spec.extra)?;
+        let stages = crate::manifests::cdi(&release, &customization).map_err(|e| e.to_string())?;
         let (p, all_applied) = roll(&ctx, &stages).await.map_err(|e| e.to_string())?;
         if all_applied && let Some(config) = cdi_config(&cdi) {
             ctx.applier.apply(&config).await.map_err(|e| e.to_string())?;

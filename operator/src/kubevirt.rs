@@ -18,6 +18,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::certs::{self, Rotation};
+use crate::customize::Customization;
 use crate::manifests::{self, KubevirtSettings};
 use crate::plan::{self, KubevirtPass, Progress};
 use crate::release::Release;
@@ -63,6 +64,7 @@ fn settings(kv: &KubeVirt, ctx: &Context, ca_bundle: String, certificates_hash: 
         certificates_hash,
         default_network_interface: interface,
         updating,
+        customization: Customization::default(),
     }
 }
 
@@ -130,7 +132,8 @@ pub async fn reconcile(kv: Arc<KubeVirt>, ctx: Arc<Context>) -> Result<Action, E
         let c = certs::ensure(&ctx.client, &ctx.namespace, rotation, crate::FIELD_MANAGER)
             .await
             .map_err(|e| e.to_string())?;
-        let s = KubevirtSettings { ca_bundle: c.ca_bundle, certificates_hash: c.hash, ..base.clone() };
+        let customization = Customization::kubevirt(&kv.spec.extra)?;
+        let s = KubevirtSettings { ca_bundle: c.ca_bundle, certificates_hash: c.hash, customization, ..base.clone() };
         let stages = manifests::kubevirt(&s).map_err(|e| e.to_string())?;
         let (p, all_applied) = install::roll(&ctx, &stages).await.map_err(|e| e.to_string())?;
         Ok((p, all_applied, c.next_due))

@@ -20,6 +20,7 @@
 pub mod apply;
 pub mod cdi;
 pub mod certs;
+pub mod customize;
 mod install;
 pub mod kubevirt;
 pub mod manifests;

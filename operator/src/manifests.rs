@@ -11,6 +11,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::customize::{Customization, Role};
 use crate::release::Release;
 
 /// Annotation with the digest of an object's rendered form.
@@ -70,6 +71,9 @@ pub enum Error {
     /// A generated CRD failed.
     #[error("generating the CRDs: {0}")]
     Crd(String),
+    /// The object's customization (placement, replicas, patches) cannot be applied.
+    #[error("{0}")]
+    Customize(String),
 }
 
 /// The objects of one step of an installation. The next stage is applied only once every workload (Deployment,
@@ -103,6 +107,8 @@ pub struct KubevirtSettings {
     /// Whether this is an update of a deployed installation (upstream's update path: node agents first, then
     /// controllers, then virt-api) or a first install (virt-api first, so that no VMI escapes its webhooks).
     pub updating: bool,
+    /// Placement, replicas and patches from the spec.
+    pub customization: Customization,
 }
 
 /// Upstream's deployment identifier: the digest of what the installation is made of (version, registry, the
@@ -220,8 +226,47 @@ pub const KUBEVIRT_CERT_SECRETS: &[&str] = &[
     contracts::kubevirt::node_api::CLIENT_SECRET,
 ];
 
+/// The placement a workload takes: Deployments are the control plane, DaemonSets run on the nodes.
+fn role(obj: &Value) -> Option<Role> {
+    match obj["kind"].as_str() {
+        Some("Deployment") => Some(Role::Infra),
+        Some("DaemonSet") => Some(Role::Workloads),
+        _ => None,
+    }
+}
+
+/// `objects` customized (placement, replicas, patches).
+fn customized(c: &Customization, objects: Vec<Value>) -> Result<Vec<Value>, Error> {
+    objects
+        .into_iter()
+        .map(|mut o| {
+            let r = role(&o);
+            c.apply(&mut o, r).map_err(Error::Customize)?;
+            Ok(o)
+        })
+        .collect()
+}
+
+/// Upstream's PodDisruptionBudget `<name>-pdb` of a control-plane Deployment: one pod must stay while it runs two
+/// or more; with one replica the budget allows the eviction (a drain is never blocked by it).
+fn disruption_budget(deployment: &Value) -> Value {
+    let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
+    let budget = if deployment["spec"]["replicas"].as_i64().unwrap_or(1) >= 2 {
+        json!({"minAvailable": 1})
+    } else {
+        json!({"maxUnavailable": 1})
+    };
+    let mut spec = budget;
+    spec["selector"] = deployment["spec"]["selector"].clone();
+    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": format!("{name}-pdb"), "namespace": deployment["metadata"]["namespace"],
+                        "labels": {"kubevirt.io": format!("{name}-pdb")}},
+           "spec": spec})
+}
+
 /// The KubeVirt half in rollout order: `base` (CRDs, cluster roles), then the components (update path: node
-/// agents, controller, virt-api; first install: virt-api, controller, node agents).
+/// agents, controller, virt-api; first install: virt-api, controller, node agents). The control-plane
+/// Deployments get upstream's PodDisruptionBudgets.
 pub fn kubevirt(s: &KubevirtSettings) -> Result<Vec<Stage>, Error> {
     let labels = [(MANAGED_BY, KUBEVIRT_MANAGER), (COMPONENT, "kubevirt")];
     let annotations = [
@@ -239,12 +284,16 @@ pub fn kubevirt(s: &KubevirtSettings) -> Result<Vec<Stage>, Error> {
     let mut base =
         crd_values(crds.into_iter().filter(|(f, _)| *f != crds::kubevirt::crd::KUBEVIRT_FILE).map(|(_, c)| c))?;
     base.extend(parse("base", KUBEVIRT_RBAC)?);
+    let base = customized(&s.customization, base)?;
     let component = |stage: &'static str, text: &str| -> Result<Stage, Error> {
         let text = with_images(text, &s.release).replace(crate::pki::CA_BUNDLE_PLACEHOLDER, &s.ca_bundle);
         let mut objects = parse(stage, &text)?;
         for o in objects.iter_mut().filter(|o| is_workload(o)) {
             set_env(o, "VIRT_API_DEFAULT_NETWORK_INTERFACE", &s.default_network_interface);
         }
+        let mut objects = customized(&s.customization, objects)?;
+        let budgets: Vec<Value> = objects.iter().filter(|o| o["kind"] == "Deployment").map(disruption_budget).collect();
+        objects.extend(customized(&s.customization, budgets)?);
         Ok(Stage { name: stage, objects })
     };
     let handler = component("virt-handler", NODE_AGENT)?;
@@ -258,8 +307,8 @@ pub fn kubevirt(s: &KubevirtSettings) -> Result<Vec<Stage>, Error> {
 }
 
 /// The CDI half in rollout order: `base` (namespace, CRDs, the DataVolume admission policy), the DataVolume
-/// controller, the token API server, the upload proxy.
-pub fn cdi(release: &Release) -> Result<Vec<Stage>, Error> {
+/// controller, the token API server, the upload proxy; customized by `c`.
+pub fn cdi(release: &Release, c: &Customization) -> Result<Vec<Stage>, Error> {
     let labels = [(MANAGED_BY, CDI_MANAGER), (COMPONENT, "storage"), ("cdi.kubevirt.io", "")];
     let finish = Finish { labels: &labels, annotations: &[], pull_policy: &release.pull_policy, certificates: None };
     let crds = crds::cdi::crd::all().map_err(|e| Error::Crd(e.to_string()))?;
@@ -275,10 +324,13 @@ pub fn cdi(release: &Release) -> Result<Vec<Stage>, Error> {
         Stage { name: "cdi-apiserver", objects: parse("cdi-apiserver", &with_images(CDI_APISERVER, release))? },
         Stage { name: "cdi-uploadproxy", objects: parse("cdi-uploadproxy", &with_images(UPLOADPROXY, release))? },
     ];
-    Ok(stages
+    stages
         .into_iter()
-        .map(|st| Stage { name: st.name, objects: st.objects.into_iter().map(|o| finish.apply(o)).collect() })
-        .collect())
+        .map(|st| {
+            let objects = customized(c, st.objects)?;
+            Ok(Stage { name: st.name, objects: objects.into_iter().map(|o| finish.apply(o)).collect() })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -297,6 +349,7 @@ mod tests {
             certificates_hash: "c1".into(),
             default_network_interface: "masquerade".into(),
             updating,
+            customization: Customization::default(),
         }
     }
 
@@ -343,6 +396,42 @@ mod tests {
         assert_eq!(names, ["base", "virt-handler", "virt-controller", "virt-api"]);
     }
 
+    /// Upstream's PodDisruptionBudgets of virt-api and virt-controller, the spec's placement on the node agents and
+    /// replicas on the control plane (which loosens the budget of a single replica), and a refusal as an error.
+    #[test]
+    fn budgets_placement_and_replicas_are_rendered() {
+        let stages = kubevirt(&settings("v1", false)).unwrap_or_else(|e| panic!("{e}"));
+        for name in ["virt-api", "virt-controller"] {
+            let pdb = find(&stages, "PodDisruptionBudget", &format!("{name}-pdb"));
+            assert_eq!(pdb["apiVersion"], "policy/v1");
+            assert_eq!(pdb["spec"]["minAvailable"], 1, "{pdb}");
+            assert_eq!(pdb["spec"]["selector"], json!({"matchLabels": {"kubevirt.io": name}}));
+            assert_eq!(pdb["metadata"]["namespace"], "kubevirt");
+        }
+        let mut s = settings("v1", false);
+        let spec = json!({"infra": {"replicas": 1}, "workloads": {"nodePlacement": {"nodeSelector": {"vms": "yes"}}}});
+        s.customization = Customization::kubevirt(&serde_json::from_value(spec).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let custom = kubevirt(&s).unwrap_or_else(|e| panic!("{e}"));
+        let ds = find(&custom, "DaemonSet", "virt-handler");
+        assert_eq!(ds["spec"]["template"]["spec"]["nodeSelector"]["vms"], "yes");
+        assert_ne!(
+            ds["metadata"]["annotations"][INSTALL_HASH],
+            find(&stages, "DaemonSet", "virt-handler")["metadata"]["annotations"][INSTALL_HASH],
+            "a placement change rolls the node agents"
+        );
+        assert_eq!(find(&custom, "Deployment", "virt-api")["spec"]["replicas"], 1);
+        let pdb = find(&custom, "PodDisruptionBudget", "virt-api-pdb");
+        assert_eq!((pdb["spec"].get("minAvailable"), &pdb["spec"]["maxUnavailable"]), (None, &json!(1)));
+        s.customization.patches = vec![crate::customize::Patch {
+            resource_type: "Deployment".into(),
+            resource_name: "virt-api".into(),
+            patch: json!([{"op": "remove", "path": "/nope"}]),
+            kind: crate::customize::PatchType::Json,
+        }];
+        assert!(matches!(kubevirt(&s), Err(Error::Customize(_))));
+    }
+
     #[test]
     fn the_digest_follows_what_is_rendered() {
         let hash = |s: &KubevirtSettings| {
@@ -358,7 +447,7 @@ mod tests {
 
     #[test]
     fn cdi_renders_its_components_in_order() {
-        let stages = cdi(&release("v3")).unwrap_or_else(|e| panic!("{e}"));
+        let stages = cdi(&release("v3"), &Customization::default()).unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<_> = stages.iter().map(|s| s.name).collect();
         assert_eq!(names, ["base", "cdi-deployment", "cdi-apiserver", "cdi-uploadproxy"]);
         let ctl = find(&stages, "Deployment", "cdi-deployment");

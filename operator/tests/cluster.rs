@@ -15,6 +15,8 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, PodTemplateSpec, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_test_support::{Result, TestCluster, apply_yaml, host_url, poll_until};
@@ -273,6 +275,60 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
     cdi_test_support::assert_volume_matches(&client, env.ns.name(), "slow", &cdi_test_support::corpus("small.raw"))
         .await?;
     assert!(cdi_rolled_while_importing, "the CDI controller was not updated while the import ran");
+
+    // Upstream's PodDisruptionBudgets of the control plane, then the spec's customization: placement of the node
+    // agents and a strategic-merge patch of virt-api roll out while the VM keeps answering; a patch that cannot be
+    // applied is reported as the installation's failure, by name, and the installation recovers without it.
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NAMESPACE);
+    for name in ["virt-api-pdb", "virt-controller-pdb"] {
+        let spec = pdbs.get(name).await?.spec.unwrap_or_default();
+        assert_eq!(spec.min_available, Some(IntOrString::Int(1)), "{name}");
+    }
+    let annotation = "kubevirt-rs.io/customized";
+    let patch = serde_json::json!({"metadata": {"annotations": {annotation: "yes"}}}).to_string();
+    let custom = serde_json::json!({"spec": {
+        "workloads": {"nodePlacement": {"nodeSelector": {"kubernetes.io/os": "linux"}}},
+        "customizeComponents": {"patches": [
+            {"resourceType": "Deployment", "resourceName": "virt-api", "type": "strategic", "patch": patch}]}}});
+    kvs.patch("kubevirt", &PatchParams::default(), &Patch::Merge(&custom)).await?;
+    let start = Instant::now();
+    loop {
+        http_get(&ip).await?;
+        let handler = daemonsets.get("virt-handler").await?;
+        let selector = handler.spec.as_ref().and_then(|s| s.template.spec.as_ref()?.node_selector.clone());
+        let placed = selector.is_some_and(|s| s.get("kubernetes.io/os").map(String::as_str) == Some("linux"));
+        let api = deploys.get("virt-api").await?;
+        let patched = api.annotations().get(annotation).map(String::as_str) == Some("yes");
+        if placed
+            && patched
+            && daemonset_rolled_out(&handler)
+            && wait_deployed(&client, &t2, Duration::from_secs(1)).await.is_ok()
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the customization did not roll out: placed {placed}, patched {patched}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let bad = serde_json::json!({"spec": {"customizeComponents": {"patches": [
+        {"resourceType": "Deployment", "resourceName": "virt-api", "type": "yaml", "patch": "{}"}]}}});
+    kvs.patch("kubevirt", &PatchParams::default(), &Patch::Merge(&bad)).await?;
+    let want = "An error occurred during deployment: spec.customizeComponents.patches[0].type \"yaml\" is not json, merge or strategic";
+    poll_until("the refused patch to be reported", Duration::from_secs(60), || async {
+        let kv = kvs.get("kubevirt").await.ok()?;
+        (condition(&kv, "Degraded") == Some(("True".into(), "DeploymentFailed".into(), want.into()))).then_some(())
+    })
+    .await?;
+    kvs.patch(
+        "kubevirt",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"spec": {"customizeComponents": null}})),
+    )
+    .await?;
+    wait_deployed(&client, &t2, Duration::from_secs(120)).await?;
+    http_get(&ip).await?;
 
     // Upstream's uninstall guards: with BlockUninstallIfWorkloadsExist, deleting is refused while workloads exist.
     let block = serde_json::json!({"spec": {"uninstallStrategy": "BlockUninstallIfWorkloadsExist"}});
