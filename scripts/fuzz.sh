@@ -2,21 +2,22 @@
 # Runs the fuzz targets, each for a bounded time (default 60 s): `scripts/fuzz.sh [SECONDS] [TARGET...]`.
 # Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter), vmdk (the streamOptimized
 # vmdk converter and the OVA reader: tar, OVF, disk selection), parent (the parent-image finder of the formats
-# with a child form: vhd, vhdx, vmdk, vdi), vhd and vhdx (the native readers of those formats, by positional
-# reads) and dhcp (the launcher's DHCP server).
+# with a child form: vhd, vhdx, vmdk, vdi), vhd, vhdx and vmdk_sparse (the native readers of those formats and of
+# monolithicSparse vmdk, by positional reads) and dhcp (the launcher's DHCP server).
 # With FUZZ_RUNS=N each target instead runs exactly N inputs with a fixed seed from its seed corpus (deterministic:
 # what the test command uses, so CI cannot flake on a new random find; open-ended hunting is the timed mode).
 # Installs cargo-fuzz and the nightly toolchain when missing, seeds each corpus with small images made by qemu-img
 # (qcow2: every variant the importer supports; vmdk: streamOptimized images and an OVA holding two of them;
 # parent: each format with a child form, plain and as a child image; vhd: dynamic images, trimmed; vhdx: images
-# compacted into the layout the target expands), and
+# compacted into the layout the target expands; vmdk_sparse: monolithicSparse images, plain and zeroed-grain),
+# and
 # fails if the fuzzer finds a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent vhd vhdx dhcp)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent vhd vhdx vmdk_sparse dhcp)
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
@@ -135,6 +136,16 @@ seed_vhdx() {
     dd if="$W/empty.vhdx" bs=64K skip=48 count=1 status=none; } >"$seeds/empty.vhdx"
 }
 
+seed_vmdk_sparse() {
+  local seeds=$1
+  { yes 'fuzz seed data' | head -c 100K >"$W/t.bin"; } || true
+  truncate -s 3M "$W/s.raw"
+  dd if="$W/t.bin" of="$W/s.raw" bs=1M seek=1 conv=notrunc status=none
+  qemu-img convert -O vmdk "$W/s.raw" "$seeds/sparse.vmdk"
+  qemu-img convert -O vmdk -o zeroed_grain=on "$W/s.raw" "$seeds/zeroed.vmdk"
+  qemu-img create -q -f vmdk "$seeds/empty.vmdk" 3M
+}
+
 # dhcp_message FILE TYPE [OPTION-HEX...]: a BOOTREQUEST from the guest's MAC 02:6b:76:72:73:01 with DHCP
 # message type TYPE and further options, ended.
 dhcp_message() {
@@ -163,8 +174,9 @@ for t in "${TARGETS[@]}"; do
     parent) max_len=524288 ;;
     vhd) max_len=1048576 ;;
     vhdx) max_len=1048576 ;;
+    vmdk_sparse) max_len=524288 ;;
     dhcp) max_len=1500 ;;
-    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent, vhd, vhdx or dhcp)" >&2; exit 2 ;;
+    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent, vhd, vhdx, vmdk_sparse or dhcp)" >&2; exit 2 ;;
   esac
   SEEDS=fuzz/corpus/$t
   mkdir -p "$SEEDS"

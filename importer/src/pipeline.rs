@@ -23,7 +23,7 @@ use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
 use crate::error::{Tagger, untag};
 use crate::format::ova::{self, DiskMember, OvaError};
-use crate::format::positional::FileAccess;
+use crate::format::positional::{self, FileAccess};
 use crate::format::qcow2::{self, Header, Refetch, spill::Spill};
 use crate::format::{self, FormatError, parent, qemu_img, vhd, vhdx, vmdk};
 use crate::plan::{self, DelegateInput, Plan, Probe, RefetchPlan, SeekInput, SizeRule};
@@ -345,6 +345,7 @@ fn import_from(
         local_file: probed.local_path.is_some(),
         scratch: req.scratch.is_some(),
         stream_optimized: probed.format == ImageFormat::Vmdk && vmdk::is_stream_optimized(&probed.head),
+        hosted_sparse: probed.format == ImageFormat::Vmdk && vmdk::is_hosted_sparse(&probed.head),
     })?;
     if let Some(dir) = &req.scratch
         && matches!(
@@ -593,7 +594,7 @@ impl source::RandomAccess for CountingAccess {
     }
 }
 
-/// Converts a vhd or vhdx natively by positional reads of `image` (the source when `from_source`, else a
+/// Converts a vhd, vhdx or hosted sparse vmdk natively by positional reads of `image` (the source when `from_source`, else a
 /// spooled copy); returns (virtual size, target size).
 fn seekable_native(
     req: &ImportRequest,
@@ -608,27 +609,19 @@ fn seekable_native(
     if let Some(p) = parent::find(format, &image).map_err(|e| untag(e, 0))? {
         return Err(Error::Format { format, source: FormatError::Parent(p) });
     }
-    let vs = match format {
-        ImageFormat::Vpc => {
-            let v = vhd::Vhd::open(&image)?;
-            let target = plan::target_size(v.virtual_size(), req.size, sink.capacity())?;
-            sink.ensure_len(target)?;
-            let stats = v.convert(&image, sink)?;
-            tracing::info!(blocks = stats.blocks, data_bytes = stats.data_bytes, "converted the vhd");
-            v.virtual_size()
-        }
-        ImageFormat::Vhdx => {
-            let v = vhdx::Vhdx::open(&image)?;
-            let target = plan::target_size(v.virtual_size(), req.size, sink.capacity())?;
-            sink.ensure_len(target)?;
-            let stats = v.convert(&image, sink)?;
-            tracing::info!(blocks = stats.blocks, data_bytes = stats.data_bytes, "converted the vhdx");
-            v.virtual_size()
-        }
+    let reader: Box<dyn positional::Reader> = match format {
+        ImageFormat::Vpc => Box::new(vhd::Vhd::open(&image)?),
+        ImageFormat::Vhdx => Box::new(vhdx::Vhdx::open(&image)?),
+        ImageFormat::Vmdk => Box::new(vmdk::Sparse::open(&image)?),
         other => {
             return Err(Error::InvalidRequest(format!("{other} images are not read by positional reads")));
         }
     };
+    let vs = reader.virtual_size();
+    let target = plan::target_size(vs, req.size, sink.capacity())?;
+    sink.ensure_len(target)?;
+    let data_bytes = reader.write_all(&image, sink)?;
+    tracing::info!(%format, data_bytes, "converted by positional reads");
     let target = plan::target_size(vs, req.size, sink.capacity())?;
     sink.write_zeroes(vs, target - vs)?;
     Ok((vs, target))

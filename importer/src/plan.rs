@@ -9,10 +9,12 @@
 //!                                                                  bound, then the scratch directory; fails
 //!                                                                  asking for scratch space without one)
 //! vmdk with compressed grains + markers (streamOptimized) ─────► VmdkStream (single pass, any source, no scratch)
-//! vpc (vhd), vhdx ─┬─ uncompressed source with positional reads ► Seekable { input: Source } (native, no scratch)
+//! vpc (vhd), vhdx,
+//! hosted sparse vmdk (monolithicSparse)
+//!                  ┬─ uncompressed source with positional reads ► Seekable { input: Source } (native, no scratch)
 //!                  ├─ --scratch given ────────────────────────► Seekable { input: Spool }  (native)
 //!                  └─ otherwise ──────────────────────────────► error: scratch space required
-//! other vmdk, vdi ──────────┬─ uncompressed local file ───────► QemuImg { input: LocalFile }
+//! other vmdk (descriptor files), vdi ┬─ uncompressed local file ► QemuImg { input: LocalFile }
 //!                           ├─ --scratch given ───────────────► QemuImg { input: Spool }
 //!                           └─ otherwise ─────────────────────► error: scratch space required
 //! tar whose first member is an .ovf (OVA) ────────────────────► Ova (single pass to the chosen disk, any source)
@@ -110,6 +112,9 @@ pub struct Probe {
     /// A vmdk whose header says streamOptimized (compressed grains, markers, deflate:
     /// [`crate::format::vmdk::is_stream_optimized`]).
     pub stream_optimized: bool,
+    /// A vmdk whose header is a hosted sparse extent's (no compression, no markers:
+    /// [`crate::format::vmdk::is_hosted_sparse`]).
+    pub hosted_sparse: bool,
 }
 
 /// Picks the plan. Pure.
@@ -127,18 +132,8 @@ pub fn plan(p: Probe) -> Result<Plan> {
         ImageFormat::Qcow2 => Ok(Plan::Qcow2 {
             refetch: if p.random_access && !p.compressed { RefetchPlan::Random } else { RefetchPlan::Spill },
         }),
-        f @ (ImageFormat::Vpc | ImageFormat::Vhdx) => {
-            if p.random_access && !p.compressed {
-                Ok(Plan::Seekable { input: SeekInput::Source })
-            } else if p.scratch {
-                Ok(Plan::Seekable { input: SeekInput::Spool })
-            } else {
-                Err(Error::ScratchRequired(format!(
-                    "{f} images are read by positional reads, which this source does not offer (no Range support, \
-                     or compressed); pass --scratch DIR to spool it there"
-                )))
-            }
-        }
+        ImageFormat::Vmdk if p.hosted_sparse => seekable(ImageFormat::Vmdk, p),
+        f @ (ImageFormat::Vpc | ImageFormat::Vhdx) => seekable(f, p),
         f @ (ImageFormat::Vmdk | ImageFormat::Vdi) => {
             if p.local_file && !p.compressed {
                 Ok(Plan::QemuImg { input: DelegateInput::LocalFile })
@@ -150,6 +145,21 @@ pub fn plan(p: Probe) -> Result<Plan> {
                 )))
             }
         }
+    }
+}
+
+/// The plan of a format read natively by positional reads: of the source when it offers them, else of a spooled
+/// copy.
+fn seekable(f: ImageFormat, p: Probe) -> Result<Plan> {
+    if p.random_access && !p.compressed {
+        Ok(Plan::Seekable { input: SeekInput::Source })
+    } else if p.scratch {
+        Ok(Plan::Seekable { input: SeekInput::Spool })
+    } else {
+        Err(Error::ScratchRequired(format!(
+            "{f} images are read by positional reads, which this source does not offer (no Range support, or \
+             compressed); pass --scratch DIR to spool it there"
+        )))
     }
 }
 
@@ -205,11 +215,39 @@ mod tests {
     use super::*;
 
     fn p(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
-        plan(Probe { format, compressed, random_access, local_file, scratch, stream_optimized: false })
+        plan(Probe {
+            format,
+            compressed,
+            random_access,
+            local_file,
+            scratch,
+            stream_optimized: false,
+            hosted_sparse: false,
+        })
+    }
+
+    fn hs(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
+        plan(Probe {
+            format,
+            compressed,
+            random_access,
+            local_file,
+            scratch,
+            stream_optimized: false,
+            hosted_sparse: true,
+        })
     }
 
     fn so(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
-        plan(Probe { format, compressed, random_access, local_file, scratch, stream_optimized: true })
+        plan(Probe {
+            format,
+            compressed,
+            random_access,
+            local_file,
+            scratch,
+            stream_optimized: true,
+            hosted_sparse: false,
+        })
     }
 
     #[test]
@@ -238,6 +276,10 @@ mod tests {
         assert_eq!(so(Vmdk, true, true, true, true).ok(), Some(Plan::VmdkStream));
         assert_eq!(p(Vmdk, false, false, false, true).ok(), Some(Plan::QemuImg { input: Spool }));
         assert_eq!(p(Ova, false, false, false, false).ok(), Some(Plan::Ova));
+        // hosted sparse vmdk (monolithicSparse): native like vhd
+        assert_eq!(hs(Vmdk, false, true, false, false).ok(), Some(Plan::Seekable { input: SeekInput::Source }));
+        assert_eq!(hs(Vmdk, true, false, false, true).ok(), Some(Plan::Seekable { input: SeekInput::Spool }));
+        assert!(matches!(hs(Vmdk, false, false, false, false), Err(Error::ScratchRequired(_))));
         assert_eq!(p(Ova, true, false, false, true).ok(), Some(Plan::Ova));
     }
 

@@ -1,4 +1,4 @@
-//! VHD (vpc) and VHDX imports end to end through the library pipeline, by positional reads of a local file, of
+//! VHD (vpc), VHDX and hosted sparse VMDK (monolithicSparse) imports end to end through the library pipeline, by positional reads of a local file, of
 //! bytes in memory, and of a copy spooled to scratch from a plain (or gzip-wrapped) stream; compared byte for
 //! byte with `qemu-img convert -O raw` (the oracle). Images are made by qemu-img from raw images with data
 //! patterns and holes, in each subformat, with odd sizes and several block sizes; some are patched as other
@@ -6,7 +6,7 @@
 //! overlapping blocks, damaged headers, a log to replay, differencing states) must fail with specific errors and
 //! leave no target behind. A missing qemu-img fails the tests (scripts/install-deps.sh installs it).
 //!
-//! (Sparse vmdk stays with qemu-img for now: see the README's decision tree.)
+//! VMDK descriptor files (monolithicFlat, split images) stay with qemu-img: see the README's decision tree.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report
 
 use std::fs;
@@ -220,6 +220,33 @@ fn vhdx_subformats_match_qemu_img() {
             check_all_ways(dir.path(), &img, &want, "positional", &pieces);
         }
     }
+}
+
+#[test]
+fn vmdk_monolithic_sparse_matches_qemu_img() {
+    let dir = workdir();
+    for (name, size, pieces) in variants() {
+        let raw = dir.path().join(format!("{name}.raw"));
+        raw_image(&raw, size, &pieces);
+        for (tag, opts) in [
+            ("sparse", "subformat=monolithicSparse"),
+            ("zeroed", "subformat=monolithicSparse,zeroed_grain=on"),
+            ("v6", "subformat=monolithicSparse,hwversion=6"),
+        ] {
+            let (img, want) = make(dir.path(), &raw, &format!("{name}-{tag}.vmdk"), "vmdk", opts);
+            check_all_ways(dir.path(), &img, &want, "positional", &pieces);
+        }
+    }
+    // A hostile one: a grain table entry past the end of the file (a truncated image) is refused, nothing left.
+    let raw = dir.path().join("h.raw");
+    raw_image(&raw, 3 * MIB, &[(0, noise(9, 70_000))]);
+    let (img, _) = make(dir.path(), &raw, "h.vmdk", "vmdk", "");
+    let b = fs::read(&img).unwrap();
+    let gd = u64::from_le_bytes(b[56..64].try_into().unwrap()) as usize * 512;
+    let gt = u32::from_le_bytes(b[gd..gd + 4].try_into().unwrap()) as usize * 512;
+    let mut bad = b.clone();
+    bad[gt..gt + 4].copy_from_slice(&0x00ff_ffffu32.to_le_bytes());
+    refused(dir.path(), "vmdk-grain-beyond", bad, &["a grain at sector 16777215", "the image is truncated"]);
 }
 
 // ----------------------------------------------------------------------------------------------------------

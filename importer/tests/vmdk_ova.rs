@@ -422,7 +422,7 @@ fn hostile_streams_fail_with_specific_errors() {
         assert_eq!(e.kind(), importer::ErrorKind::InvalidImage, "{what}: {line}");
         assert!(!dest.exists(), "{what}: target left behind");
     }
-    // A monolithicSparse vmdk from a stream keeps the qemu-img path, which needs scratch space.
+    // A monolithicSparse vmdk from a stream is read by positional reads, which need scratch space there.
     let sparse = dir.path().join("ms.vmdk");
     qemu_img(&["convert", "-f", "vmdk", "-O", "vmdk", p(&vmdk), p(&sparse)]);
     let e = plain(fs::read(&sparse).unwrap(), &dest).unwrap_err();

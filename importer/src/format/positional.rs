@@ -16,6 +16,17 @@ use crate::sink::Sink;
 use crate::source::RandomAccess;
 use crate::{Error, Result};
 
+/// A disk image format read natively by positional reads ([`vhd`](super::vhd), [`vhdx`](super::vhdx), hosted
+/// sparse [`vmdk`](super::vmdk::sparse)), opened (its tables validated) before any byte is written.
+pub trait Reader {
+    /// The virtual size in bytes.
+    fn virtual_size(&self) -> u64;
+
+    /// Writes every guest byte of `[0, virtual size)` to `sink` once; returns the guest bytes copied from the
+    /// image (the rest were zeroes).
+    fn write_all(&self, image: &dyn RandomAccess, sink: &mut dyn Sink) -> Result<u64>;
+}
+
 /// Bytes copied per positional read (one Range request for HTTP).
 pub const COPY_CHUNK: usize = 4 << 20;
 

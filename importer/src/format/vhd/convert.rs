@@ -89,6 +89,16 @@ impl Vhd {
     }
 }
 
+impl positional::Reader for Vhd {
+    fn virtual_size(&self) -> u64 {
+        Vhd::virtual_size(self)
+    }
+
+    fn write_all(&self, image: &dyn RandomAccess, sink: &mut dyn Sink) -> Result<u64> {
+        self.convert(image, sink).map(|s| s.data_bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: panics are the failure report

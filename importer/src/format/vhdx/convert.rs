@@ -73,3 +73,13 @@ impl Vhdx {
         Ok(stats)
     }
 }
+
+impl positional::Reader for Vhdx {
+    fn virtual_size(&self) -> u64 {
+        Vhdx::virtual_size(self)
+    }
+
+    fn write_all(&self, image: &dyn RandomAccess, sink: &mut dyn Sink) -> Result<u64> {
+        self.convert(image, sink).map(|s| s.data_bytes)
+    }
+}

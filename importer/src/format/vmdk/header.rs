@@ -17,6 +17,8 @@ pub const FLAG_NEWLINE_CHECK: u32 = 1;
 pub const FLAG_COMPRESSED: u32 = 1 << 16;
 /// Flag: grains and metadata are preceded by markers.
 pub const FLAG_MARKERS: u32 = 1 << 17;
+/// Flag: a grain table entry of 1 means a zeroed grain (hosted sparse extents).
+pub const FLAG_ZERO_GRAIN: u32 = 1 << 2;
 /// compressAlgorithm: deflate (zlib).
 pub const COMPRESSION_DEFLATE: u16 = 1;
 /// gdOffset meaning "the grain directory's offset is in the footer".
@@ -75,9 +77,28 @@ pub fn is_stream_optimized(head: &[u8]) -> bool {
         && le16(head, 77) == COMPRESSION_DEFLATE
 }
 
+/// Whether the first bytes of an image are a VMDK sparse header without compressed grains or markers: a hosted
+/// sparse extent (`monolithicSparse`), read natively by positional reads ([`super::sparse`]). Pure.
+pub fn is_hosted_sparse(head: &[u8]) -> bool {
+    head.len() >= SECTOR as usize
+        && head.starts_with(b"KDMV")
+        && le32(head, 8) & (FLAG_COMPRESSED | FLAG_MARKERS) == 0
+        && le16(head, 77) == 0
+}
+
 impl Header {
-    /// Parses and validates the header in the first 512 bytes of `head`.
+    /// Parses and validates a streamOptimized header in the first 512 bytes of `head`.
     pub fn parse(head: &[u8]) -> Result<Header, VmdkError> {
+        Header::parse_as(head, true)
+    }
+
+    /// Parses and validates a hosted sparse extent's header (no compression, no markers) in the first 512 bytes
+    /// of `head`.
+    pub fn parse_hosted_sparse(head: &[u8]) -> Result<Header, VmdkError> {
+        Header::parse_as(head, false)
+    }
+
+    fn parse_as(head: &[u8], stream_optimized: bool) -> Result<Header, VmdkError> {
         let b = head.get(..SECTOR as usize).ok_or(VmdkError::Truncated {
             what: "header",
             offset: 0,
@@ -93,8 +114,12 @@ impl Header {
         }
         let flags = le32(b, 8);
         let compression = le16(b, 77);
-        if !is_stream_optimized(b) {
+        let kind_ok = if stream_optimized { is_stream_optimized(b) } else { is_hosted_sparse(b) };
+        if !kind_ok && stream_optimized {
             return Err(VmdkError::NotStreamOptimized { flags, compression });
+        }
+        if !kind_ok {
+            return Err(VmdkError::NotHostedSparse { flags, compression });
         }
         if flags & FLAG_NEWLINE_CHECK != 0 && b[73..77] != NEWLINE_CHECK {
             return Err(VmdkError::BadNewlineCheck);

@@ -39,10 +39,12 @@
 
 pub mod convert;
 pub mod header;
+pub mod sparse;
 pub mod tables;
 
 pub use convert::{ConvertStats, convert};
-pub use header::{Header, is_stream_optimized};
+pub use header::{Header, is_hosted_sparse, is_stream_optimized};
+pub use sparse::Sparse;
 
 /// What is wrong with a streamOptimized VMDK.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +65,50 @@ pub enum VmdkError {
         flags: u32,
         /// The header's compressAlgorithm.
         compression: u16,
+    },
+    /// The header is a sparse extent's, but with compressed grains or markers: not a hosted sparse extent.
+    #[error("not a hosted sparse vmdk (flags 0x{flags:08x}, compression {compression})")]
+    NotHostedSparse {
+        /// The header's flags.
+        flags: u32,
+        /// The header's compressAlgorithm.
+        compression: u16,
+    },
+    /// A hosted sparse extent whose embedded descriptor names another create type (a split or multi-extent
+    /// image: its other files cannot be read).
+    #[error("the embedded descriptor's createType is {0:?}: only monolithicSparse images are single files")]
+    NotMonolithic(String),
+    /// The grain directory needs more entries than are accepted.
+    #[error("the grain directory needs {entries} entries, at most {max} are accepted")]
+    DirectoryTooLarge {
+        /// Entries the capacity needs.
+        entries: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A structure lies past the end of the image.
+    #[error(
+        "{what} at sector {sector} ({len} bytes) lies beyond the end of the image ({size} bytes): the image is truncated"
+    )]
+    BeyondEnd {
+        /// Which structure.
+        what: &'static str,
+        /// Where it starts (sectors).
+        sector: u64,
+        /// Its length.
+        len: u64,
+        /// The image size.
+        size: u64,
+    },
+    /// A grain table or grain lies inside the header area.
+    #[error("{what} at sector {sector} lies inside the header area ({overhead} sectors)")]
+    InHeaderArea {
+        /// Which structure.
+        what: &'static str,
+        /// Where it starts (sectors).
+        sector: u64,
+        /// The header area (sectors).
+        overhead: u64,
     },
     /// The newline-detection bytes of the header are damaged (a text-mode transfer).
     #[error("the header's newline check bytes are corrupt (the file was transferred as text)")]
