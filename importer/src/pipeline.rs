@@ -344,8 +344,7 @@ fn import_from(
         random_access: probed.random_access.is_some(),
         local_file: probed.local_path.is_some(),
         scratch: req.scratch.is_some(),
-        stream_optimized: probed.format == ImageFormat::Vmdk && vmdk::is_stream_optimized(&probed.head),
-        hosted_sparse: probed.format == ImageFormat::Vmdk && vmdk::is_hosted_sparse(&probed.head),
+        vmdk: if probed.format == ImageFormat::Vmdk { vmdk::layout(&probed.head) } else { None },
     })?;
     if let Some(dir) = &req.scratch
         && matches!(

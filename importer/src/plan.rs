@@ -23,6 +23,7 @@
 
 use crate::detect::ImageFormat;
 use crate::format::FormatError;
+use crate::format::vmdk::Layout as VmdkLayout;
 use crate::{Error, Result};
 
 /// Where a qcow2 conversion gets bytes that streamed past before they were mapped.
@@ -109,12 +110,9 @@ pub struct Probe {
     pub local_file: bool,
     /// Whether scratch space was given.
     pub scratch: bool,
-    /// A vmdk whose header says streamOptimized (compressed grains, markers, deflate:
-    /// [`crate::format::vmdk::is_stream_optimized`]).
-    pub stream_optimized: bool,
-    /// A vmdk whose header is a hosted sparse extent's (no compression, no markers:
-    /// [`crate::format::vmdk::is_hosted_sparse`]).
-    pub hosted_sparse: bool,
+    /// A vmdk's native kind ([`crate::format::vmdk::layout`]): streamOptimized or a hosted sparse extent; `None`
+    /// for other vmdks (descriptor files) and other formats.
+    pub vmdk: Option<VmdkLayout>,
 }
 
 /// Picks the plan. Pure.
@@ -128,11 +126,11 @@ pub fn plan(p: Probe) -> Result<Plan> {
             )),
         }),
         ImageFormat::Ova => Ok(Plan::Ova),
-        ImageFormat::Vmdk if p.stream_optimized => Ok(Plan::VmdkStream),
+        ImageFormat::Vmdk if p.vmdk == Some(VmdkLayout::StreamOptimized) => Ok(Plan::VmdkStream),
         ImageFormat::Qcow2 => Ok(Plan::Qcow2 {
             refetch: if p.random_access && !p.compressed { RefetchPlan::Random } else { RefetchPlan::Spill },
         }),
-        ImageFormat::Vmdk if p.hosted_sparse => seekable(ImageFormat::Vmdk, p),
+        ImageFormat::Vmdk if p.vmdk == Some(VmdkLayout::HostedSparse) => seekable(ImageFormat::Vmdk, p),
         f @ (ImageFormat::Vpc | ImageFormat::Vhdx) => seekable(f, p),
         f @ (ImageFormat::Vmdk | ImageFormat::Vdi) => {
             if p.local_file && !p.compressed {
@@ -214,40 +212,21 @@ pub fn target_size(virtual_size: u64, rule: SizeRule, capacity: Option<u64>) -> 
 mod tests {
     use super::*;
 
+    fn with(vmdk: Option<VmdkLayout>, format: ImageFormat, flags: [bool; 4]) -> Result<Plan> {
+        let [compressed, random_access, local_file, scratch] = flags;
+        plan(Probe { format, compressed, random_access, local_file, scratch, vmdk })
+    }
+
     fn p(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
-        plan(Probe {
-            format,
-            compressed,
-            random_access,
-            local_file,
-            scratch,
-            stream_optimized: false,
-            hosted_sparse: false,
-        })
+        with(None, format, [compressed, random_access, local_file, scratch])
     }
 
     fn hs(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
-        plan(Probe {
-            format,
-            compressed,
-            random_access,
-            local_file,
-            scratch,
-            stream_optimized: false,
-            hosted_sparse: true,
-        })
+        with(Some(VmdkLayout::HostedSparse), format, [compressed, random_access, local_file, scratch])
     }
 
     fn so(format: ImageFormat, compressed: bool, random_access: bool, local_file: bool, scratch: bool) -> Result<Plan> {
-        plan(Probe {
-            format,
-            compressed,
-            random_access,
-            local_file,
-            scratch,
-            stream_optimized: true,
-            hosted_sparse: false,
-        })
+        with(Some(VmdkLayout::StreamOptimized), format, [compressed, random_access, local_file, scratch])
     }
 
     #[test]

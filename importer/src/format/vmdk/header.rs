@@ -86,19 +86,39 @@ pub fn is_hosted_sparse(head: &[u8]) -> bool {
         && le16(head, 77) == 0
 }
 
+/// The sparse-extent kinds the importer reads natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Compressed grains with markers ([`is_stream_optimized`]): read from a stream.
+    StreamOptimized,
+    /// A hosted sparse extent ([`is_hosted_sparse`]): read by positional reads.
+    HostedSparse,
+}
+
+/// Which native kind the first bytes of a VMDK are; `None` for other VMDKs (descriptor files, other flags).
+pub fn layout(head: &[u8]) -> Option<Layout> {
+    if is_stream_optimized(head) {
+        Some(Layout::StreamOptimized)
+    } else if is_hosted_sparse(head) {
+        Some(Layout::HostedSparse)
+    } else {
+        None
+    }
+}
+
 impl Header {
     /// Parses and validates a streamOptimized header in the first 512 bytes of `head`.
     pub fn parse(head: &[u8]) -> Result<Header, VmdkError> {
-        Header::parse_as(head, true)
+        Header::parse_as(head, Layout::StreamOptimized)
     }
 
     /// Parses and validates a hosted sparse extent's header (no compression, no markers) in the first 512 bytes
     /// of `head`.
     pub fn parse_hosted_sparse(head: &[u8]) -> Result<Header, VmdkError> {
-        Header::parse_as(head, false)
+        Header::parse_as(head, Layout::HostedSparse)
     }
 
-    fn parse_as(head: &[u8], stream_optimized: bool) -> Result<Header, VmdkError> {
+    fn parse_as(head: &[u8], want: Layout) -> Result<Header, VmdkError> {
         let b = head.get(..SECTOR as usize).ok_or(VmdkError::Truncated {
             what: "header",
             offset: 0,
@@ -114,12 +134,10 @@ impl Header {
         }
         let flags = le32(b, 8);
         let compression = le16(b, 77);
-        let kind_ok = if stream_optimized { is_stream_optimized(b) } else { is_hosted_sparse(b) };
-        if !kind_ok && stream_optimized {
-            return Err(VmdkError::NotStreamOptimized { flags, compression });
-        }
-        if !kind_ok {
-            return Err(VmdkError::NotHostedSparse { flags, compression });
+        match (want, layout(b)) {
+            (w, Some(l)) if w == l => {}
+            (Layout::StreamOptimized, _) => return Err(VmdkError::NotStreamOptimized { flags, compression }),
+            (Layout::HostedSparse, _) => return Err(VmdkError::NotHostedSparse { flags, compression }),
         }
         if flags & FLAG_NEWLINE_CHECK != 0 && b[73..77] != NEWLINE_CHECK {
             return Err(VmdkError::BadNewlineCheck);

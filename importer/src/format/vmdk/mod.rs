@@ -43,7 +43,7 @@ pub mod sparse;
 pub mod tables;
 
 pub use convert::{ConvertStats, convert};
-pub use header::{Header, is_hosted_sparse, is_stream_optimized};
+pub use header::{Header, Layout, is_hosted_sparse, is_stream_optimized, layout};
 pub use sparse::Sparse;
 
 /// What is wrong with a streamOptimized VMDK.
