@@ -300,10 +300,12 @@ async fn prepare(config: &Config) -> Result<Running, Error> {
     };
     let done = if root {
         let (n, v, host, l) = (net_plan.clone(), plans.clone(), host.clone(), layout.clone());
-        tokio::task::spawn_blocking(move || setup::privileged(&n, &v, &host, &l))
+        let done = tokio::task::spawn_blocking(move || setup::privileged(&n, &v, &host, &l))
             .await
             .map_err(|source| Error::Task { step: "the privileged set-up", source })?
-            .map_err(Error::Setup)?
+            .map_err(Error::Setup)?;
+        tracing::info!(summary = done.summary(), "the pod is set up");
+        done
     } else if setup::needed(&net_plan, &plans) {
         let socket = layout.at(sockets.setup_socket());
         tracing::info!(socket = %socket.display(), "waiting for the node agent's set-up");
@@ -400,7 +402,6 @@ fn serve_dhcp(
         let s = socket(&m.interface)
             .ok_or_else(|| missing(format!("interface {:?} without a DHCP socket", m.interface)))?;
         servers.push(network::serve_dhcp(m, links.mtu, host, s).map_err(Error::Network)?);
-        tracing::info!("{}", links.summary);
         prepared.pod_interface_mtu = Some(links.mtu);
     }
     for b in &plan.secondary {
@@ -414,7 +415,6 @@ fn serve_dhcp(
                 .ok_or_else(|| missing(format!("interface {:?} without a DHCP socket", b.interface)))?;
             servers.extend(network::serve_bridge_dhcp(b, link, host, s).map_err(Error::Network)?);
         }
-        tracing::info!("{}", network::bridge_summary(b, link));
         prepared.secondary_mtus.insert(b.interface.clone(), link.mtu);
     }
     Ok(servers)

@@ -798,15 +798,6 @@ pub fn apply_bridge(b: &Bridge, host: &Host) -> Result<SecondaryLink, Error> {
     Ok(SecondaryLink { interface: b.interface.clone(), mtu, address, routes })
 }
 
-/// One line saying what [`apply_bridge`] set up.
-pub fn bridge_summary(b: &Bridge, link: &SecondaryLink) -> String {
-    let address = link.address.as_deref().unwrap_or("no IPv4 address");
-    format!(
-        "bridge {}: pod {} ({address}) on {} with {}, guest {}",
-        b.interface, b.pod_interface, b.bridge, b.tap, b.guest.mac
-    )
-}
-
 /// Creates the tun device node when the container has none (runc's default device rules allow `c 10:200`).
 fn ensure_tun(tun: &Path) -> Result<(), Error> {
     if tun.exists() {

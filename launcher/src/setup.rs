@@ -105,6 +105,17 @@ pub struct Done {
     pub dhcp: Vec<(String, UdpSocket)>,
 }
 
+impl Done {
+    /// One line saying what was set up (the reply's summary): the masquerade links, each bridge, else the claims.
+    pub fn summary(&self) -> String {
+        let mut parts: Vec<String> = self.links.iter().map(|l| l.summary.clone()).collect();
+        parts.extend(self.secondary.iter().map(|l| {
+            format!("bridge {} ({} MTU {})", l.interface, l.address.as_deref().unwrap_or("no IPv4 address"), l.mtu)
+        }));
+        if parts.is_empty() { String::from("claims owned") } else { parts.join("; ") }
+    }
+}
+
 /// The most DHCP sockets one reply carries (one per interface of a VMI).
 pub const MAX_SOCKETS: usize = 32;
 
@@ -208,14 +219,9 @@ pub fn serve_request(mut input: impl Read, reply: impl AsFd, layout: &Layout) ->
     })();
     let (reply_msg, sockets) = match outcome {
         Ok(done) => {
-            let mut summary: Vec<String> = done.links.iter().map(|l| l.summary.clone()).collect();
-            summary.extend(done.secondary.iter().map(|l| {
-                format!("bridge {} ({} MTU {})", l.interface, l.address.as_deref().unwrap_or("no IPv4 address"), l.mtu)
-            }));
-            let summary = if summary.is_empty() { String::from("claims owned") } else { summary.join("; ") };
             let reply = SetupReply {
                 error: None,
-                summary,
+                summary: done.summary(),
                 mtu: done.links.map(|l| l.mtu),
                 secondary: done.secondary,
                 dhcp_interfaces: done.dhcp.iter().map(|(i, _)| i.clone()).collect(),

@@ -63,6 +63,16 @@ impl Drop for Netns {
     }
 }
 
+/// A veth pair from namespace `a`, where its end is `a_end` (a name unique on the host: it is created there), to
+/// namespace `b`, where its end is renamed `b_end` (say `eth0`).
+fn veth(a: &Netns, a_end: &str, b: &Netns, b_end: &str) {
+    let tmp = format!("{a_end}p");
+    support::run("ip", &["link", "add", a_end, "type", "veth", "peer", "name", &tmp]);
+    support::run("ip", &["link", "set", a_end, "netns", &a.0]);
+    support::run("ip", &["link", "set", &tmp, "netns", &b.0]);
+    b.run(&["ip", "link", "set", &tmp, "name", b_end]);
+}
+
 /// Runs `f` in a thread that has entered `ns`'s network namespace.
 fn in_netns<T: Send + 'static>(ns: &Netns, f: impl FnOnce() -> T + Send + 'static) -> T {
     let ns_path = format!("/run/netns/{}", ns.0);
@@ -144,11 +154,8 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
     let mac = "02:6b:76:72:73:01";
 
     // node ── veth ── pod eth0 (the CNI's part).
-    let (n_if, p_if) = (format!("kvn{id}"), format!("kvp{id}"));
-    support::run("ip", &["link", "add", &n_if, "type", "veth", "peer", "name", &p_if]);
-    support::run("ip", &["link", "set", &p_if, "netns", &pod.0]);
-    support::run("ip", &["link", "set", &n_if, "netns", &node.0]);
-    pod.run(&["ip", "link", "set", &p_if, "name", "eth0"]);
+    let n_if = format!("kvn{id}");
+    veth(&node, &n_if, &pod, "eth0");
     pod.run(&["ip", "addr", "add", &format!("{pod_ip}/30"), "dev", "eth0"]);
     pod.run(&["ip", "link", "set", "eth0", "up"]);
     node.run(&["ip", "addr", "add", &format!("{node_ip}/30"), "dev", &n_if]);
@@ -201,12 +208,10 @@ fn masquerade_gives_the_guest_its_lease_and_forwards_the_ports() {
     assert_eq!(bridge[0]["addr_info"][0]["local"], MASQUERADE_GATEWAY.to_string(), "{bridge}");
 
     // The "guest": a veth on the bridge (where QEMU's tap would be), with the spec's MAC.
-    let (g_br, g_if) = (format!("kvg{id}"), format!("kvh{id}"));
-    support::run("ip", &["link", "add", &g_br, "type", "veth", "peer", "name", &g_if]);
-    support::run("ip", &["link", "set", &g_br, "netns", &pod.0]);
-    support::run("ip", &["link", "set", &g_if, "netns", &guest.0]);
+    let g_br = format!("kvg{id}");
+    veth(&pod, &g_br, &guest, "eth0");
     pod.run(&["ip", "link", "set", &g_br, "master", POD_BRIDGE, "up"]);
-    guest.run(&["ip", "link", "set", &g_if, "name", "eth0", "address", mac, "up"]);
+    guest.run(&["ip", "link", "set", "eth0", "address", mac, "up"]);
 
     // DHCP in the guest: the script configures the lease and records what udhcpc was told.
     let lease = udhcpc(&guest, t.path());
@@ -274,10 +279,8 @@ fn the_bridge_binding_moves_the_secondary_address_to_the_guest() {
 
     // node ── veth ── pod <pod interface> (the ptp plugin's part).
     let n_if = format!("kvbn{id}");
-    support::run("ip", &["link", "add", &n_if, "type", "veth", "peer", "name", &format!("kvbp{id}")]);
-    support::run("ip", &["link", "set", &format!("kvbp{id}"), "netns", &pod.0]);
-    support::run("ip", &["link", "set", &n_if, "netns", &node.0]);
-    pod.run(&["ip", "link", "set", &format!("kvbp{id}"), "name", &b.pod_interface, "mtu", "1400"]);
+    veth(&node, &n_if, &pod, &b.pod_interface);
+    pod.run(&["ip", "link", "set", &b.pod_interface, "mtu", "1400"]);
     pod.run(&["ip", "addr", "add", "10.1.1.5/24", "dev", &b.pod_interface]);
     pod.run(&["ip", "link", "set", &b.pod_interface, "up"]);
     pod.run(&["ip", "route", "add", "10.9.0.0/16", "via", "10.1.1.1", "dev", &b.pod_interface]);
@@ -316,12 +319,10 @@ fn the_bridge_binding_moves_the_secondary_address_to_the_guest() {
     assert_eq!(show(&b.bridge)[0]["addr_info"][0]["local"], "169.254.75.10");
 
     // The "guest": a veth on the bridge where QEMU's tap would be.
-    let (g_br, g_if) = (format!("kvbg{id}"), format!("kvbh{id}"));
-    support::run("ip", &["link", "add", &g_br, "type", "veth", "peer", "name", &g_if]);
-    support::run("ip", &["link", "set", &g_br, "netns", &pod.0]);
-    support::run("ip", &["link", "set", &g_if, "netns", &guest.0]);
+    let g_br = format!("kvbg{id}");
+    veth(&pod, &g_br, &guest, "eth0");
     pod.run(&["ip", "link", "set", &g_br, "master", &b.bridge, "up"]);
-    guest.run(&["ip", "link", "set", &g_if, "name", "eth0", "address", mac, "mtu", "1400", "up"]);
+    guest.run(&["ip", "link", "set", "eth0", "address", mac, "mtu", "1400", "up"]);
     let lease = udhcpc(&guest, t.path());
     let get = |k: &str| lease.get(k).map(String::as_str).unwrap_or_default();
     assert_eq!(
