@@ -17,7 +17,7 @@ use crds::kubevirt::vmi::{
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 use kube_test_support::{Result, TestCluster, poll_object};
-use stack_support::vmi::{LEASE, MARKER, POWEROFF, VmiEnv, condition, http_get, vmi_ip};
+use stack_support::vmi::{LEASE, MARKER, POWEROFF, VmiEnv, condition, http_get, interface_ip, vmi_ip};
 use stack_support::{StackOptions, deploy_stack, local_images, upstream_example};
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -196,12 +196,6 @@ async fn upstream_vmi_sata_nocloud_masquerade_and_migratable_boot() -> Result<()
         env.wait_gone(name, Duration::from_secs(90)).await?;
     }
     env.ns.delete().await
-}
-
-/// The VMI's `status.interfaces[name]` address.
-fn interface_ip(vmi: &VirtualMachineInstance, name: &str) -> Option<String> {
-    let ifaces = vmi.status.as_ref().and_then(|s| s.interfaces.as_ref())?;
-    ifaces.iter().find(|i| i.name.as_deref() == Some(name)).and_then(|i| i.ip_address.clone())
 }
 
 #[tokio::test]

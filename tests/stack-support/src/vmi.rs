@@ -82,6 +82,12 @@ pub fn vmi_ip(vmi: &VirtualMachineInstance) -> String {
         .unwrap_or_default()
 }
 
+/// The address of the VMI's interface `name` in `status.interfaces` (a secondary network's, say).
+pub fn interface_ip(vmi: &VirtualMachineInstance, name: &str) -> Option<String> {
+    let ifaces = vmi.status.as_ref().and_then(|s| s.interfaces.as_ref())?;
+    ifaces.iter().find(|i| i.name.as_deref() == Some(name)).and_then(|i| i.ip_address.clone())
+}
+
 /// GET `http://<ip>/` from the host (the pod network is reachable from the node), retried for a minute.
 pub async fn http_get(ip: &str) -> Result<String> {
     http_get_url(&format!("http://{ip}:80/")).await
