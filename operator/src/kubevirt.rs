@@ -129,10 +129,10 @@ pub async fn reconcile(kv: Arc<KubeVirt>, ctx: Arc<Context>) -> Result<Action, E
     let base = settings(&kv, &ctx, String::new(), String::new());
     let outcome: Result<(Progress, bool, Option<SystemTime>), String> = async {
         let rotation = Rotation::of(&kv.spec.extra)?;
+        let customization = Customization::kubevirt(&kv.spec.extra)?;
         let c = certs::ensure(&ctx.client, &ctx.namespace, rotation, crate::FIELD_MANAGER)
             .await
             .map_err(|e| e.to_string())?;
-        let customization = Customization::kubevirt(&kv.spec.extra)?;
         let s = KubevirtSettings { ca_bundle: c.ca_bundle, certificates_hash: c.hash, customization, ..base.clone() };
         let stages = manifests::kubevirt(&s).map_err(|e| e.to_string())?;
         let (p, all_applied) = install::roll(&ctx, &stages).await.map_err(|e| e.to_string())?;
