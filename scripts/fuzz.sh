@@ -3,21 +3,21 @@
 # Targets (default: all): qcow2 (the qcow2 header parser and single-pass converter), vmdk (the streamOptimized
 # vmdk converter and the OVA reader: tar, OVF, disk selection), parent (the parent-image finder of the formats
 # with a child form: vhd, vhdx, vmdk, vdi), vhd, vhdx and vmdk_sparse (the native readers of those formats and of
-# monolithicSparse vmdk, by positional reads) and dhcp (the launcher's DHCP server).
+# monolithicSparse vmdk, by positional reads), gzip (the restartable gzip decoder, against flate2 and against
+# itself restarted at each restart point) and dhcp (the launcher's DHCP server).
 # With FUZZ_RUNS=N each target instead runs exactly N inputs with a fixed seed from its seed corpus (deterministic:
 # what the test command uses, so CI cannot flake on a new random find; open-ended hunting is the timed mode).
 # Installs cargo-fuzz and the nightly toolchain when missing, seeds each corpus with small images made by qemu-img
 # (qcow2: every variant the importer supports; vmdk: streamOptimized images and an OVA holding two of them;
 # parent: each format with a child form, plain and as a child image; vhd: dynamic images, trimmed; vhdx: images
-# compacted into the layout the target expands; vmdk_sparse: monolithicSparse images, plain and zeroed-grain),
-# and
-# fails if the fuzzer finds a crash.
+# compacted into the layout the target expands; vmdk_sparse: monolithicSparse images, plain and zeroed-grain;
+# gzip: gzip -1/-9 streams, two members, header fields), and fails if the fuzzer finds a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent vhd vhdx vmdk_sparse dhcp)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent vhd vhdx vmdk_sparse gzip dhcp)
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
@@ -146,6 +146,18 @@ seed_vmdk_sparse() {
   qemu-img create -q -f vmdk "$seeds/empty.vmdk" 3M
 }
 
+seed_gzip() {
+  local seeds=$1
+  { yes 'fuzz seed data' | head -c 200K >"$W/t.bin"; } || true
+  head -c 300K /dev/zero >>"$W/t.bin"
+  LC_ALL=C awk 'BEGIN { srand(1); for (i = 0; i < 65536; i++) printf "%c", int(rand() * 256) }' >>"$W/t.bin"
+  gzip -n -1 -c "$W/t.bin" >"$seeds/fast.gz"
+  gzip -n -9 -c "$W/t.bin" >"$seeds/best.gz"
+  { gzip -n -c "$W/t.bin"; printf 'second member\n' | gzip -c; } >"$seeds/members.gz"
+  cp "$W/t.bin" "$W/disk.img"
+  (cd "$W" && gzip -6 -c disk.img) >"$seeds/named.gz" # FNAME and MTIME set
+}
+
 # dhcp_message FILE TYPE [OPTION-HEX...]: a BOOTREQUEST from the guest's MAC 02:6b:76:72:73:01 with DHCP
 # message type TYPE and further options, ended.
 dhcp_message() {
@@ -175,8 +187,9 @@ for t in "${TARGETS[@]}"; do
     vhd) max_len=1048576 ;;
     vhdx) max_len=1048576 ;;
     vmdk_sparse) max_len=524288 ;;
+    gzip) max_len=262144 ;;
     dhcp) max_len=1500 ;;
-    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent, vhd, vhdx, vmdk_sparse or dhcp)" >&2; exit 2 ;;
+    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent, vhd, vhdx, vmdk_sparse, gzip or dhcp)" >&2; exit 2 ;;
   esac
   SEEDS=fuzz/corpus/$t
   mkdir -p "$SEEDS"

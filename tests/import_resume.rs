@@ -46,6 +46,22 @@ impl SlowFile {
         assert!(st.unwrap().success(), "qemu-img convert failed");
         SlowFile { path, url: format!("{}/slow/{name}", env().http_plain), token }
     }
+
+    /// The same content compressed by `gzip -6`.
+    fn gzip(tag: &str, seed: u8) -> Self {
+        let token = unique_token(tag);
+        let name = format!("resume-{token}.raw.gz");
+        let path = env().corpus.join(&name);
+        let mut gz =
+            Command::new("gzip").args(["-n", "-6", "-c"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut stdin = gz.stdin.take().unwrap();
+        let feeder = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &content(seed)));
+        let out = gz.wait_with_output().unwrap();
+        feeder.join().unwrap().unwrap();
+        assert!(out.status.success(), "gzip failed");
+        fs::write(&path, out.stdout).unwrap();
+        SlowFile { path, url: format!("{}/slow/{name}", env().http_plain), token }
+    }
 }
 
 impl Drop for SlowFile {
@@ -238,4 +254,33 @@ fn a_killed_qcow2_import_resumes_from_the_converters_frontier() {
         .map(|l| l.1)
         .sum();
     assert!(tables < 256 << 10, "tables re-read below the frontier: {tables} bytes ({log:?})");
+}
+
+#[test]
+fn a_killed_gzip_import_resumes_from_a_deflate_block_boundary() {
+    let src = SlowFile::gzip("resume-gz", 6);
+    let gz = fs::read(&src.path).unwrap();
+    let size = gz.len() as u64;
+    let hex: String = Sha256::digest(&gz).iter().map(|b| format!("{b:02x}")).collect();
+    let sum = format!("sha256:{hex}");
+    let out = OutDir::new("resume-gz");
+    let dest = out.join("disk.img");
+    let mut first = spawn(&src.url, &dest, &["--checksum", &sum]);
+    let durable = kill_after(&mut first, &dest, 400 << 10);
+    assert!(durable < size, "the import finished before it was killed");
+    let ckpt: serde_json::Value = serde_json::from_slice(&fs::read(checkpoint_of(&dest)).unwrap()).unwrap();
+    assert_eq!(ckpt["layout"], "gzip", "{ckpt}");
+    assert_eq!(ckpt["inflate"]["input"].as_u64(), Some(durable), "the restart point is the durable offset: {ckpt}");
+    let output = ckpt["inflate"]["output"].as_u64().unwrap_or_default();
+    assert!(output >= durable && output < LEN as u64, "restart point's output offset {output}: {ckpt}");
+
+    run_to_end(&src.url, &dest, &["--checksum", &sum]);
+    assert_eq!(fs::read(&dest).unwrap(), content(6), "resumed gzip import differs from the uncompressed source");
+    assert!(!checkpoint_of(&dest).exists(), "checkpoint left after success");
+    let log = gets(&src.token);
+    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={durable}-")).collect();
+    assert_eq!(resumed.len(), 1, "one ranged GET from the restart point: {log:?}");
+    assert_eq!((resumed[0].0, resumed[0].1), (206, size - durable), "{log:?}");
+    assert!(log.iter().any(|(s, b, r)| *s == 206 && r.starts_with("bytes=0-") && *b == durable), "{log:?}");
+    assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
 }

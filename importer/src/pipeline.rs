@@ -19,6 +19,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::checksum::{ExpectedChecksum, Hasher, HashingReader};
+use crate::decompress::gzip::{GzipDecoder, Restarts, WINDOW};
 use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
 use crate::error::{Tagger, untag};
@@ -110,6 +111,8 @@ pub struct Probed {
     pub stream: BoxRead,
     /// Registry images: the config's `Env` entries.
     pub image_env: Vec<String>,
+    /// The restart points of the gzip decoder, when the stream is one gzip wrapper decoded restartably.
+    pub restarts: Option<Restarts>,
 }
 
 /// Bytes peeked from the innermost stream: a qcow2 header cluster or the ISO signature fit.
@@ -123,16 +126,19 @@ pub fn probe(
     progress: &Progress,
     hasher: Option<&Hasher>,
 ) -> Result<Probed> {
-    probe_opened(source::open_hashed(location, http, rt, hasher)?, location, progress, hasher)
+    probe_opened(source::open_hashed(location, http, rt, hasher)?, location, progress, hasher, false)
 }
 
 /// [`probe`] for a source the caller opened itself (a push source: an upload body). `location` only names
 /// the source in errors (a [`SourceLocation::File`] makes read failures `reading the source failed at byte N`).
+/// With `restartable`, an outermost gzip wrapper is decoded by the decoder that records restart points
+/// ([`Probed::restarts`]).
 pub fn probe_opened(
     opened: OpenedSource,
     location: &SourceLocation,
     progress: &Progress,
     hasher: Option<&Hasher>,
+    restartable: bool,
 ) -> Result<Probed> {
     let OpenedSource { stream, size, random_access, local_path, image_env, .. } = opened;
     let loc = location.clone();
@@ -151,14 +157,17 @@ pub fn probe_opened(
         Error::Connect { kind, url: loc.to_string(), message: format!("transfer failed at byte {offset}: {e}") }
     }));
     let mut compressions = Vec::new();
+    let mut restarts = None;
     loop {
         let (head, s) = peek(stream, DETECT_LEN).map_err(|e| untag(e, 0))?;
         stream = s;
         match Compression::detect(&head) {
             Some(c) if compressions.len() < MAX_NESTING && !compressions.contains(&c) => {
+                // Only an outermost gzip whose output is the image restarts: a wrapper inside drops the points.
+                restarts = (restartable && c == Compression::Gzip && compressions.is_empty()).then(Restarts::default);
                 compressions.push(c);
-                let inner =
-                    decompress::wrap(c, stream).map_err(|source| Error::Decompress { compression: c, source })?;
+                let inner = decompress::wrap(c, stream, restarts.as_ref())
+                    .map_err(|source| Error::Decompress { compression: c, source })?;
                 stream = Box::new(Tagger::new(inner, move |source, _| Error::Decompress { compression: c, source }));
             }
             _ => break,
@@ -172,7 +181,7 @@ pub fn probe_opened(
     if format == ImageFormat::Tar && ova::is_ova(&head) {
         format = ImageFormat::Ova;
     }
-    Ok(Probed { size, random_access, local_path, compressions, format, head, stream, image_env })
+    Ok(Probed { size, random_access, local_path, compressions, format, head, stream, image_env, restarts })
 }
 
 /// `gzip+xz`-style name of the wrappers, outermost first; `none` without.
@@ -229,9 +238,24 @@ fn resume(
     }
     // Raw: whatever was written past the durable end is dropped. Qcow2: the target is kept as it is (data
     // past the frontier is written again).
-    let keep = match ckpt.layout {
-        Layout::Raw => from,
-        Layout::Qcow2 => std::fs::metadata(&req.dest).map(|m| m.len()).unwrap_or(0),
+    let keep = match (ckpt.layout, ckpt.inflate) {
+        (Layout::Raw, _) => from,
+        (Layout::Gzip, Some(p)) => p.output,
+        (Layout::Gzip, None) => return Ok(None),
+        (Layout::Qcow2, _) => std::fs::metadata(&req.dest).map(|m| m.len()).unwrap_or(0),
+    };
+    // Gzip: the deflate window, read back from the target before anything past the restart point is dropped.
+    let window = match ckpt.inflate {
+        Some(p) if ckpt.layout == Layout::Gzip => {
+            let len = p.output.min(WINDOW as u64);
+            let mut w = vec![0u8; len as usize];
+            let file =
+                std::fs::File::open(&req.dest).map_err(|source| Error::Sink { path: req.dest.clone(), source })?;
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut w, p.output - len)
+                .map_err(|source| Error::Sink { path: req.dest.clone(), source })?;
+            w
+        }
+        _ => Vec::new(),
     };
     let mut sink: Box<dyn Sink> = Box::new(sink::TargetSink::resume_file(&req.dest, req.preallocate, keep)?);
     let size = ckpt.validator.size;
@@ -263,6 +287,27 @@ fn resume(
                 sink.write_zeroes(size, target - size)?;
                 Ok((size, target))
             }
+            Layout::Gzip => {
+                let point = ckpt.inflate.ok_or_else(|| Error::InvalidRequest(String::from("no restart point")))?;
+                let restarts = Restarts::default();
+                let input = io::BufReader::with_capacity(256 << 10, stream);
+                let decoder = GzipDecoder::resume(input, &point, &window, restarts.clone())
+                    .map_err(|source| Error::Decompress { compression: Compression::Gzip, source })?;
+                let mut decoded =
+                    Tagger::new(decoder, |source, _| Error::Decompress { compression: Compression::Gzip, source });
+                let done = point.output;
+                let limit = match (req.size.limit(), sink.capacity()) {
+                    (Some(s), Some(c)) => Some(s.min(c)),
+                    (s, c) => s.or(c),
+                };
+                let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone()).with_restarts(Some(restarts));
+                let copied = format::copy_raw(&mut decoded, &mut w, limit.map(|l| l.saturating_sub(done)))?;
+                drop(w);
+                let vs = done + copied;
+                let target = plan::target_size(vs, req.size, sink.capacity())?;
+                sink.write_zeroes(vs, target - vs)?;
+                Ok((vs, target))
+            }
             Layout::Qcow2 => {
                 let ra = random_access.ok_or_else(|| Error::InvalidRequest(String::from("no positional reads")))?;
                 let mut head = vec![0u8; HEAD_LEN.min(size as usize)];
@@ -284,9 +329,10 @@ fn resume(
         }
     };
     let (plan, about) = match ckpt.layout {
-        Layout::Raw => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, started)),
+        Layout::Raw => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, &[], started)),
+        Layout::Gzip => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, &[Compression::Gzip], started)),
         Layout::Qcow2 => {
-            (Plan::Qcow2 { refetch: RefetchPlan::Random }, Concluded::resumed(ImageFormat::Qcow2, started))
+            (Plan::Qcow2 { refetch: RefetchPlan::Random }, Concluded::resumed(ImageFormat::Qcow2, &[], started))
         }
     };
     conclude(req, sink, hasher.as_ref(), progress, sizes, plan, about).map(Some)
@@ -337,7 +383,8 @@ fn import_from(
     started: Instant,
 ) -> Result<ImportReport> {
     let validator = opened.validator.clone();
-    let probed = probe_opened(opened, &req.source, progress, hasher.as_ref())?;
+    let restartable = req.resume && validator.is_some();
+    let probed = probe_opened(opened, &req.source, progress, hasher.as_ref(), restartable)?;
     let plan = plan::plan(Probe {
         format: probed.format,
         compressed: !probed.compressions.is_empty(),
@@ -362,15 +409,16 @@ fn import_from(
     }
     tracing::info!(format = %probed.format, compression = %compression_name(&probed.compressions), strategy = plan.name(), "probed source");
     let mut sink = sink::open(&req.dest, req.preallocate)?;
-    // A resumable import (an uncompressed raw stream or a qcow2 with positional reads, into a file, from a
-    // source with a version) checkpoints.
-    let layout = match plan {
-        Plan::Stream => Some(Layout::Raw),
-        Plan::Qcow2 { refetch: RefetchPlan::Random } => Some(Layout::Qcow2),
+    // A resumable import (a raw stream, uncompressed or gzip, or an uncompressed qcow2 with positional reads, into
+    // a file, from a source with a version) checkpoints.
+    let layout = match (plan, probed.compressions.as_slice(), &probed.restarts) {
+        (Plan::Stream, [], _) => Some(Layout::Raw),
+        (Plan::Stream, [Compression::Gzip], Some(_)) => Some(Layout::Gzip),
+        (Plan::Qcow2 { refetch: RefetchPlan::Random }, [], _) => Some(Layout::Qcow2),
         _ => None,
     };
     let checkpoint = match (&validator, layout) {
-        (Some(v), Some(layout)) if req.resume && probed.compressions.is_empty() && sink.capacity().is_none() => {
+        (Some(v), Some(layout)) if req.resume && sink.capacity().is_none() => {
             Some(Checkpoint::start(req.source.to_string(), v.clone(), layout))
         }
         _ => None,
@@ -400,9 +448,9 @@ struct Concluded {
 }
 
 impl Concluded {
-    /// A resumed import of an uncompressed image in `format`.
-    fn resumed(format: ImageFormat, started: Instant) -> Self {
-        Concluded { format, compression: compression_name(&[]), image_env: Vec::new(), started }
+    /// A resumed import of an image in `format` under `compressions`.
+    fn resumed(format: ImageFormat, compressions: &[Compression], started: Instant) -> Self {
+        Concluded { format, compression: compression_name(compressions), image_env: Vec::new(), started }
     }
 }
 
@@ -472,7 +520,7 @@ fn execute(
     hasher: Option<&Hasher>,
     checkpoint: Option<Checkpoint>,
 ) -> Result<(u64, u64)> {
-    let Probed { size, random_access, local_path, compressions, format, head, mut stream, .. } = probed;
+    let Probed { size, random_access, local_path, compressions, format, head, mut stream, restarts, .. } = probed;
     let compressed = !compressions.is_empty();
     progress.start_phase(Phase::Import, size);
     // Bytes counted while probing belong to this phase too.
@@ -484,7 +532,10 @@ fn execute(
         Plan::Stream => {
             let known = (!compressed).then_some(size).flatten();
             match checkpoint {
-                Some(c) => stream_raw(req, &mut Checkpointing::new(sink, &req.dest, c), &mut stream, known),
+                Some(c) => {
+                    let mut w = Checkpointing::new(sink, &req.dest, c).with_restarts(restarts);
+                    stream_raw(req, &mut w, &mut stream, known)
+                }
                 None => stream_raw(req, sink, &mut stream, known),
             }
         }

@@ -7,6 +7,8 @@
 //! next run:   checkpoint ─► the target holds it? (a digest of 4 KiB written before the checkpoint)
 //!             ─► http::open_from(durable, validator): same ETag / Last-Modified / length? ─► 206 from there
 //!             ─► raw: the target cut back to the durable end, the rest streamed from that offset
+//!                gzip: the target cut back to the restart point's output offset, its last 32 KiB read back as
+//!                      the deflate window, the decoder restarted there (decompress::gzip::GzipDecoder::resume)
 //!                qcow2: format::qcow2::convert_from(durable): tables below re-read by Range, data below skipped
 //!             anything else (no checkpoint, another source, the object changed, no Range) ─► start over
 //! ```
@@ -15,10 +17,12 @@
 //! file, fsynced and renamed, and only after the image's data up to its offset was fsynced: a checkpoint never
 //! names data that is not on the volume. It is removed when the import ends, either way.
 //!
-//! What resumes: uncompressed raw / ISO and qcow2 images over HTTP(S) from servers with Range and a validator,
-//! into a file target (a Filesystem volume). The source's bytes before the offset are not written again; with a
-//! checksum they are read again (ranged) only to be hashed, so the digest still covers every byte. Compressed
-//! streams and other formats start over (their decoder state is not checkpointed).
+//! What resumes: raw / ISO images, uncompressed or gzip-compressed, and qcow2 images, over HTTP(S) or S3 from
+//! servers with Range and a validator, into a file target (a Filesystem volume). The source's bytes before the
+//! offset are not written again; with a checksum they are read again (ranged) only to be hashed, so the digest
+//! still covers every byte. xz, zstd and bzip2 streams and the other formats start over: their decoders cannot
+//! be restarted mid-stream from a small state (an xz or zstd stream made of independent blocks or frames could
+//! be; the command-line tools make one by default only for xz with several threads).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -30,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::Result;
+use crate::decompress::gzip::{RestartPoint, Restarts, WINDOW};
 use crate::sink::{Sink, SinkReport};
 use crate::source::Validator;
 
@@ -53,6 +58,8 @@ pub enum Layout {
     Raw,
     /// A qcow2 image converted by `format::qcow2`; `durable` is a frontier it offered.
     Qcow2,
+    /// A gzip stream of a raw / ISO image; `durable` is the compressed offset of [`Checkpoint::inflate`].
+    Gzip,
 }
 
 /// What an interrupted import leaves next to its target.
@@ -69,8 +76,12 @@ pub struct Checkpoint {
     pub layout: Layout,
     /// Source bytes (and, for [`Layout::Raw`], target bytes) that are durable in the target.
     pub durable: u64,
-    /// Bytes of the target written before the checkpoint, to check that it still holds them.
+    /// Bytes of the target written before the checkpoint, to check that it still holds them ([`Layout::Gzip`]:
+    /// the deflate window before the restart point).
     pub probe: Probe,
+    /// [`Layout::Gzip`]: where the decoder restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inflate: Option<RestartPoint>,
 }
 
 /// A range of the target and the SHA-256 (hex) of its bytes when the checkpoint was written.
@@ -78,7 +89,7 @@ pub struct Checkpoint {
 pub struct Probe {
     /// Target offset.
     pub offset: u64,
-    /// Length (at most 4 KiB).
+    /// Length (at most 32 KiB: a deflate window).
     pub len: u64,
     /// SHA-256 of the bytes, hex.
     pub sha256: String,
@@ -92,7 +103,7 @@ impl Probe {
 
     /// Whether `file` still holds the recorded bytes.
     fn holds(&self, file: &File) -> bool {
-        self.len <= TAIL && digest_at(file, self.offset, self.len).is_ok_and(|d| d == self.sha256)
+        self.len <= WINDOW as u64 && digest_at(file, self.offset, self.len).is_ok_and(|d| d == self.sha256)
     }
 }
 
@@ -105,7 +116,7 @@ pub fn checkpoint_path(dest: &Path) -> PathBuf {
 impl Checkpoint {
     /// A checkpoint for a fresh import of `source` (version `validator`), nothing durable yet.
     pub fn start(source: String, validator: Validator, layout: Layout) -> Self {
-        Checkpoint { version: VERSION, source, validator, layout, durable: 0, probe: Probe::default() }
+        Checkpoint { version: VERSION, source, validator, layout, durable: 0, probe: Probe::default(), inflate: None }
     }
 
     /// The checkpoint next to `dest`, if there is a readable one of this version. Anything else is `None`
@@ -150,9 +161,11 @@ impl Checkpoint {
             return false;
         }
         let Ok(file) = File::open(dest) else { return false };
-        let need = match self.layout {
-            Layout::Raw => self.durable,
-            Layout::Qcow2 => self.probe.offset + self.probe.len,
+        let need = match (self.layout, self.inflate) {
+            (Layout::Raw, _) => self.durable,
+            (Layout::Qcow2, _) => self.probe.offset + self.probe.len,
+            (Layout::Gzip, Some(p)) if p.input == self.durable => p.output,
+            (Layout::Gzip, _) => return false,
         };
         let long_enough = file.metadata().is_ok_and(|m| m.is_file() && m.len() >= need);
         long_enough && self.probe.holds(&file)
@@ -176,7 +189,7 @@ impl Checkpoint {
 
 /// SHA-256 (hex) of `file`'s bytes `[offset, offset + len)`.
 fn digest_at(file: &File, offset: u64, len: u64) -> io::Result<String> {
-    let mut buf = vec![0u8; len.min(TAIL) as usize];
+    let mut buf = vec![0u8; len.min(WINDOW as u64) as usize];
     file.read_exact_at(&mut buf, offset)?;
     Ok(Sha256::digest(&buf).iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -188,11 +201,15 @@ fn digest_at(file: &File, offset: u64, len: u64) -> io::Result<String> {
 /// * [`Layout::Raw`]: the stream's byte 0 lands at target offset `base` (0 on a first run, the durable end on a
 ///   resumed one); offsets, lengths and capacities are in the stream's coordinates; it checkpoints by itself,
 ///   at the end of what was written contiguously.
+/// * [`Layout::Gzip`]: as raw, with `base` the restart point's output offset; it checkpoints at the last restart
+///   point the decoder recorded ([`Checkpointing::with_restarts`]) at or before the end of what was written.
 /// * [`Layout::Qcow2`]: offsets are the target's; the converter offers frontiers ([`Sink::checkpoint`]).
 pub struct Checkpointing<'a> {
     inner: &'a mut dyn Sink,
     dest: PathBuf,
     checkpoint: Checkpoint,
+    /// [`Layout::Gzip`]: the decoder's restart points.
+    restarts: Option<Restarts>,
     base: u64,
     /// Raw: target offset up to which the stream was written, contiguously.
     end: u64,
@@ -206,10 +223,18 @@ impl<'a> Checkpointing<'a> {
     pub fn new(inner: &'a mut dyn Sink, dest: &Path, checkpoint: Checkpoint) -> Self {
         let base = match checkpoint.layout {
             Layout::Raw => checkpoint.durable,
+            Layout::Gzip => checkpoint.inflate.map_or(0, |p| p.output),
             Layout::Qcow2 => 0,
         };
         let dest = dest.to_path_buf();
-        Checkpointing { inner, dest, checkpoint, base, end: base, last_write: (0, 0), last: Instant::now() }
+        let last_write = (0, 0);
+        Checkpointing { inner, dest, checkpoint, restarts: None, base, end: base, last_write, last: Instant::now() }
+    }
+
+    /// [`Layout::Gzip`]: the restart points of the decoder whose output is written here.
+    pub fn with_restarts(mut self, restarts: Option<Restarts>) -> Self {
+        self.restarts = restarts;
+        self
     }
 
     fn wrote(&mut self, offset: u64, len: u64) -> Result<()> {
@@ -217,7 +242,7 @@ impl<'a> Checkpointing<'a> {
             let tail = len.min(TAIL);
             self.last_write = (offset + len - tail, tail);
         }
-        if self.checkpoint.layout == Layout::Raw {
+        if self.checkpoint.layout != Layout::Qcow2 {
             if offset == self.end {
                 self.end += len;
             }
@@ -228,19 +253,30 @@ impl<'a> Checkpointing<'a> {
         Ok(())
     }
 
-    /// Syncs the target and stores a checkpoint at `durable`, if it moved on by [`MIN_BYTES`].
-    fn record(&mut self, durable: u64) -> Result<()> {
+    /// Syncs the target and stores a checkpoint at `frontier` (raw, qcow2) or at the last restart point before it
+    /// (gzip), if that moved on by [`MIN_BYTES`] of the source.
+    fn record(&mut self, frontier: u64) -> Result<()> {
+        let (durable, inflate, (offset, len)) = match self.checkpoint.layout {
+            Layout::Raw => (frontier, None, (frontier.saturating_sub(TAIL), frontier.min(TAIL))),
+            Layout::Qcow2 => (frontier, None, self.last_write),
+            Layout::Gzip => {
+                let Some(p) = self.restarts.as_ref().and_then(|r| r.at_or_before(frontier)) else { return Ok(()) };
+                let window = p.output.min(WINDOW as u64);
+                (p.input, Some(p), (p.output - window, window))
+            }
+        };
         if durable < self.checkpoint.durable + MIN_BYTES {
             return Ok(());
         }
         self.inner.sync_data()?;
+        if self.checkpoint.layout == Layout::Gzip {
+            // The file covers all that was written, zero blocks (holes) at its end included, so that the window
+            // reads back as written; nothing was written past `end`.
+            self.inner.ensure_len(self.end)?;
+        }
         self.last = Instant::now();
-        let (offset, len) = match self.checkpoint.layout {
-            Layout::Raw => (durable.saturating_sub(TAIL), durable.min(TAIL)),
-            Layout::Qcow2 => self.last_write,
-        };
         let probe = File::open(&self.dest).and_then(|f| Probe::of(&f, offset, len));
-        let next = probe.map(|probe| Checkpoint { durable, probe, ..self.checkpoint.clone() });
+        let next = probe.map(|probe| Checkpoint { durable, probe, inflate, ..self.checkpoint.clone() });
         match next.and_then(|c| c.store(&self.dest).map(|()| c)) {
             Ok(c) => {
                 tracing::debug!(durable = c.durable, "import checkpoint");
@@ -367,6 +403,37 @@ mod tests {
         assert!(!c.resumes("http://h/x.raw", &dest));
         Checkpoint::remove(&dest);
         assert!(Checkpoint::load(&dest).is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn a_gzip_checkpoint_names_a_restart_point_whose_window_is_durable() -> Result<()> {
+        let io = |e: io::Error| crate::Error::InvalidRequest(e.to_string());
+        let dir = tempfile::tempdir().map_err(io)?;
+        let dest = dir.path().join("disk.img");
+        let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8).collect();
+        let restarts = Restarts::default();
+        let point = RestartPoint { input: 700_000, output: 1 << 20, num_bits: 5, bit_buf: 0x13, crc: 7, member_len: 1 };
+        let mut sink = TargetSink::create_file(&dest, false)?;
+        {
+            let start = Checkpoint::start("http://h/x.raw.gz".into(), validator(), Layout::Gzip);
+            let mut w = Checkpointing::new(&mut sink, &dest, start).with_restarts(Some(restarts.clone()));
+            w.last -= INTERVAL;
+            w.write_at(0, &data[..512 << 10])?;
+            assert!(Checkpoint::load(&dest).is_none(), "no restart point yet");
+            restarts.push(point);
+            w.write_at(512 << 10, &data[512 << 10..])?;
+        }
+        let c = Checkpoint::load(&dest).unwrap_or_else(|| panic!("no checkpoint"));
+        assert_eq!((c.layout, c.durable, c.inflate), (Layout::Gzip, point.input, Some(point)));
+        assert_eq!((c.probe.offset, c.probe.len), ((1 << 20) - WINDOW as u64, WINDOW as u64), "the window");
+        assert!(c.resumes("http://h/x.raw.gz", &dest));
+        let mut other = c.clone();
+        other.durable += 1;
+        assert!(!other.resumes("http://h/x.raw.gz", &dest), "the restart point is not the durable offset");
+        let f = OpenOptions::new().write(true).open(&dest).map_err(io)?;
+        f.write_all_at(&[1, 2, 3], (1 << 20) - 20_000).map_err(io)?;
+        assert!(!c.resumes("http://h/x.raw.gz", &dest), "the window changed");
         Ok(())
     }
 

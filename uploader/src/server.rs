@@ -307,7 +307,13 @@ fn import(cfg: &Config, content: ContentType, opened: OpenedSource, progress: &P
     let name = SourceLocation::File(PathBuf::from("upload body"));
     match content {
         ContentType::Archive => {
-            extract_tar(&vol, "upload", progress, || pipeline::probe_opened(opened, &name, progress, None), || Ok(()))?;
+            extract_tar(
+                &vol,
+                "upload",
+                progress,
+                || pipeline::probe_opened(opened, &name, progress, None, false),
+                || Ok(()),
+            )?;
             Ok(false)
         }
         ContentType::Kubevirt => {

@@ -632,7 +632,7 @@ impl Walker<'_> {
         let compression = Compression::detect(&head);
         let chained: BoxRead = Box::new(io::Cursor::new(head).chain(blob));
         let decoded = match compression {
-            Some(c) => decompress::wrap(c, chained).map_err(|e| lerr(self, e))?,
+            Some(c) => decompress::wrap(c, chained, None).map_err(|e| lerr(self, e))?,
             None => chained,
         };
         let mut archive = tar::Archive::new(decoded);

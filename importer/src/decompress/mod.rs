@@ -7,6 +7,8 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use crate::detect::Compression;
 
+pub mod gzip;
+
 /// A boxed byte stream.
 pub type BoxRead = Box<dyn Read + Send>;
 
@@ -17,11 +19,15 @@ pub const MAX_NESTING: usize = 2;
 /// Keeps the importer's peak RSS bounded whatever the block size of the input.
 const XZ_THREADING_MEMLIMIT: u64 = 40 << 20;
 
-/// Wraps `inner` in the decoder for `compression`.
-pub fn wrap(compression: Compression, inner: BoxRead) -> io::Result<BoxRead> {
+/// Wraps `inner` in the decoder for `compression`. With `restarts`, a gzip stream is decoded by
+/// [`gzip::GzipDecoder`], which records where it can start again (for a checkpointed import).
+pub fn wrap(compression: Compression, inner: BoxRead, restarts: Option<&gzip::Restarts>) -> io::Result<BoxRead> {
     let buffered = BufReader::with_capacity(256 << 10, inner);
     Ok(match compression {
-        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
+        Compression::Gzip => match restarts {
+            Some(r) => Box::new(gzip::GzipDecoder::new(buffered, r.clone())),
+            None => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
+        },
         Compression::Zstd => {
             let mut d = zstd::stream::read::Decoder::with_buffer(buffered)?;
             // zstd frames may declare windows up to 2 GiB; cap at 128 MiB (zstd's default max is 128 MiB too,
@@ -104,12 +110,16 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// Decodes with the default decoder and, for gzip, with the restartable one too.
     fn roundtrip(c: Compression, compressed: Vec<u8>, want: &[u8]) {
-        let mut out = Vec::new();
-        wrap(c, Box::new(io::Cursor::new(compressed)))
-            .and_then(|mut r| r.read_to_end(&mut out))
-            .unwrap_or_else(|e| panic!("{c}: {e}"));
-        assert_eq!(out, want, "{c}");
+        let restarts = gzip::Restarts::default();
+        for r in [None, Some(&restarts)].into_iter().take(if c == Compression::Gzip { 2 } else { 1 }) {
+            let mut out = Vec::new();
+            wrap(c, Box::new(io::Cursor::new(compressed.clone())), r)
+                .and_then(|mut r| r.read_to_end(&mut out))
+                .unwrap_or_else(|e| panic!("{c}: {e}"));
+            assert_eq!(out, want, "{c} (restartable: {})", r.is_some());
+        }
     }
 
     fn data() -> Vec<u8> {
@@ -150,7 +160,7 @@ mod tests {
         let mut all = e.finish()?;
         all.extend(b"junk");
         let mut out = Vec::new();
-        let err = wrap(Compression::Xz, Box::new(io::Cursor::new(all)))?.read_to_end(&mut out).err();
+        let err = wrap(Compression::Xz, Box::new(io::Cursor::new(all)), None)?.read_to_end(&mut out).err();
         assert!(err.is_some_and(|e| e.to_string().contains("trailing garbage")));
         Ok(())
     }
@@ -167,10 +177,13 @@ mod tests {
 
     #[test]
     fn corrupt_gzip_fails() {
-        let mut out = Vec::new();
-        let r =
-            wrap(Compression::Gzip, Box::new(io::Cursor::new(vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff])))
-                .and_then(|mut r| r.read_to_end(&mut out));
-        assert!(r.is_err());
+        let restarts = gzip::Restarts::default();
+        for r in [None, Some(&restarts)] {
+            let bad = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff];
+            let mut out = Vec::new();
+            let got =
+                wrap(Compression::Gzip, Box::new(io::Cursor::new(bad)), r).and_then(|mut r| r.read_to_end(&mut out));
+            assert!(got.is_err(), "restartable: {}", r.is_some());
+        }
     }
 }
