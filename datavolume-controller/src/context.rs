@@ -12,6 +12,7 @@ use controller_runtime::metrics::ReconcileMetrics;
 use controller_runtime::policy::ErrorPolicy;
 use crds::cdi::config::{CDI_CONFIG_NAME, CDIConfig, FilesystemOverhead, StorageProfile};
 use crds::cdi::consts::{self, ann};
+use crds::cdi::operator::{CDI, NodePlacement};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceRequirements};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -50,6 +51,8 @@ pub struct Stores {
     pub profiles: Store<StorageProfile>,
     /// CDIConfigs (only `config` is used).
     pub configs: Store<CDIConfig>,
+    /// The CDI installation (its `spec.workloads`).
+    pub cdis: Store<CDI>,
 }
 
 /// Everything a reconcile needs.
@@ -119,16 +122,19 @@ impl Context {
             image_pull_secrets: spec.image_pull_secrets.clone().unwrap_or_default(),
             preallocation: spec.preallocation.unwrap_or(false),
             scratch_class: spec.scratch_space_storage_class.clone(),
+            placement: self.workload_placement(),
         }
     }
 
-    /// The class a claim without `storageClassName` gets: the default virt class, then the default class.
+    /// The CDI installation's `spec.workloads` (the first CDI object not being deleted; there is one).
+    pub fn workload_placement(&self) -> Option<NodePlacement> {
+        let cdis = self.stores.cdis.state();
+        cdis.iter().find(|c| c.metadata.deletion_timestamp.is_none()).and_then(|c| c.spec.workloads.clone())
+    }
+
+    /// The class a claim without `storageClassName` gets ([`default_class`]).
     pub fn default_class(&self) -> Option<String> {
-        let classes = self.stores.classes.state();
-        let marked = |key: &str| {
-            classes.iter().find(|c| c.annotations().get(key).is_some_and(|v| v == "true")).map(|c| c.name_any())
-        };
-        marked(ann::DEFAULT_VIRT_CLASS).or_else(|| marked(ann::DEFAULT_CLASS))
+        default_class(&self.stores.classes.state())
     }
 
     /// Whether `class` binds WaitForFirstConsumer.
@@ -160,6 +166,18 @@ impl Context {
             class,
         }
     }
+}
+
+/// Whether `class` carries annotation `key` with value `true`.
+pub fn marked(class: &StorageClass, key: &str) -> bool {
+    class.annotations().get(key).is_some_and(|v| v == "true")
+}
+
+/// The class a claim without `storageClassName` gets among `classes`: the default virt class, then the default
+/// class.
+pub fn default_class(classes: &[std::sync::Arc<StorageClass>]) -> Option<String> {
+    let first = |key: &str| classes.iter().find(|c| marked(c, key)).map(|c| c.name_any());
+    first(ann::DEFAULT_VIRT_CLASS).or_else(|| first(ann::DEFAULT_CLASS))
 }
 
 /// Label selector of CDI's worker pods.

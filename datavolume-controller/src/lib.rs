@@ -14,7 +14,8 @@
 //! * [`transfer`] — PVC → worker pods ([`transfer::pods`]) and their state back into the PVC
 //!   ([`transfer::plan`]);
 //! * [`config_sync`] keeps the `config` CDIConfig and the StorageProfiles current; [`certs`] holds the upload
-//!   PKI; [`progress`] scrapes a worker's progress.
+//!   PKI; [`progress`] scrapes a worker's progress; [`metrics`] computes upstream's cluster metrics (storage
+//!   profiles, DataVolumes waiting for a default class, worker pods restarting often) from the caches.
 //!
 //! Every read comes from watch caches; the process plumbing (lease, caches, health server, error policy) is
 //! `controller-runtime`'s.
@@ -26,17 +27,19 @@ pub mod config_sync;
 pub mod context;
 pub mod datavolume;
 pub mod error;
+pub mod metrics;
 pub mod progress;
 pub mod transfer;
 
 use std::future::Future;
 
 use controller_runtime::events::Events;
-use controller_runtime::metrics::ReconcileMetrics;
+use controller_runtime::metrics::{LateRegistry, ReconcileMetrics};
 use controller_runtime::policy::ErrorPolicy;
 use controller_runtime::store::{reflect, wait_ready};
 use crds::cdi::config::{CDIConfig, StorageProfile};
 use crds::cdi::datavolume::DataVolume;
+use crds::cdi::operator::CDI;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -59,12 +62,16 @@ fn pod_to_pvc(pod: Pod) -> Option<ObjectRef<PersistentVolumeClaim>> {
     Some(ObjectRef::new(&owner.name).within(&pod.namespace()?))
 }
 
+/// How long the start waits for the CDI objects' cache (see [`run_controllers`]).
+const CDI_CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Runs both reconcilers until `shutdown` resolves (graceful: in-flight reconciles finish). `instance` names this
-/// replica in events.
+/// replica in events; the cluster metrics ([`metrics`]) are added to `late` once the caches are ready.
 pub async fn run_controllers(
     client: Client,
     settings: Settings,
     metrics: ReconcileMetrics,
+    late: LateRegistry,
     instance: Option<String>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
@@ -80,12 +87,20 @@ pub async fn run_controllers(
         classes: reflect(Api::<StorageClass>::all(client.clone()), all()),
         profiles: reflect(Api::<StorageProfile>::all(client.clone()), all()),
         configs: reflect(Api::<CDIConfig>::all(client.clone()), all()),
+        cdis: reflect(Api::<CDI>::all(client.clone()), all()),
     };
     wait_ready(&stores.pvcs, "PVCs").await?;
     wait_ready(&stores.pods, "pods").await?;
     wait_ready(&stores.classes, "storage classes").await?;
     wait_ready(&stores.profiles, "storage profiles").await?;
     wait_ready(&stores.configs, "CDI configs").await?;
+    // The CDI CRD comes with every installation, but a controller applied without it still runs (its worker pods
+    // get no placement): its cache is waited for only so long.
+    if tokio::time::timeout(CDI_CACHE_WAIT, wait_ready(&stores.cdis, "CDI objects")).await.is_err() {
+        tracing::warn!(
+            "the CDI objects are not listable (is the CDI CRD installed?); worker pods get no spec.workloads"
+        );
+    }
     let ctx = std::sync::Arc::new(Context {
         client: client.clone(),
         settings,
@@ -106,8 +121,15 @@ pub async fn run_controllers(
         }
     };
     let config_task = tokio::spawn(config_sync::run(ctx.clone(), stop(&stop_tx)));
-    let dvs = Controller::new(Api::<DataVolume>::all(client.clone()), all())
-        .owns(Api::<PersistentVolumeClaim>::all(client.clone()), all())
+    let dv_controller = Controller::new(Api::<DataVolume>::all(client.clone()), all())
+        .owns(Api::<PersistentVolumeClaim>::all(client.clone()), all());
+    late.add(metrics::registry(
+        stores.profiles.clone(),
+        stores.classes.clone(),
+        dv_controller.store(),
+        stores.pods.clone(),
+    ));
+    let dvs = dv_controller
         .graceful_shutdown_on(stop(&stop_tx))
         .run(datavolume::reconcile, datavolume::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));

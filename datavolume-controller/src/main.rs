@@ -55,7 +55,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         uploadserver_image: args.uploadserver_image,
         pull_policy: args.pull_policy,
     };
-    let health::Process { client, metrics, ready, .. } =
+    let health::Process { client, metrics, ready, late } =
         health::start("kubevirt_rs_datavolume_controller", args.metrics_addr).await?;
     let lease = LeaseSettings {
         name: args.lease_name,
@@ -66,7 +66,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let instance = std::env::var("POD_NAME").ok();
     run_as_leader(client.clone(), &lease, ready, |stop| {
-        datavolume_controller::run_controllers(client, settings, metrics, instance, stop)
+        datavolume_controller::run_controllers(client, settings, metrics, late, instance, stop)
     })
     .await
 }

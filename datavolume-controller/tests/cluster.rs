@@ -13,6 +13,7 @@ use cdi_test_support::{
     wait_dv_phase,
 };
 use crds::cdi::datavolume::{ConditionStatus, ConditionType, DataVolume, DataVolumeCondition, DataVolumePhase};
+use crds::cdi::operator::CDI;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
@@ -453,6 +454,37 @@ async fn a_killed_importer_pod_resumes_where_its_durable_data_ends() -> Result<(
     assert_eq!(*rest, total - from, "the resumed pod read only the rest: {gets:?}");
     assert!(*rest < total, "fewer source bytes than a full import: {gets:?}");
     assert_eq!(gets.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "one whole-object GET: {gets:?}");
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (tests/cluster/up) and tests/infra/*.sh up"]
+async fn the_cdi_workloads_placement_reaches_the_importer_pod() -> Result<()> {
+    let (_cluster, client, ns) = setup("dv-placement").await?;
+    // A CDI object of its own (no operator runs in this suite: it is only read). Its placement fits every node
+    // and pod of the other tests running meanwhile.
+    let cdis: Api<CDI> = Api::all(client.clone());
+    let _ = cdis.delete("placement-test", &DeleteParams::default()).await;
+    let cdi_yaml = "apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDI\nmetadata: {name: placement-test}\nspec:\n  \
+                    workloads:\n    nodeSelector: {kubernetes.io/os: linux}\n    tolerations:\n    - {key: \
+                    kubevirt-rs.test/cdi-workloads, operator: Exists, effect: NoSchedule}\n";
+    apply_yaml(&client, ns.name(), cdi_yaml).await?;
+    // The controller's watch delivers it in milliseconds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let api = apply_dvs(&client, ns.name(), &http_dv("placed", "slow/small.raw", &storage_request("16Mi"))).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let pod = poll_until("the importer pod", Duration::from_secs(120), || async {
+        pods.get_opt("importer-placed").await.ok().flatten()
+    })
+    .await?;
+    let spec = pod.spec.unwrap_or_default();
+    let selector = spec.node_selector.unwrap_or_default();
+    assert_eq!(selector.get("kubernetes.io/os").map(String::as_str), Some("linux"), "{selector:?}");
+    let tolerated = spec.tolerations.unwrap_or_default();
+    assert!(tolerated.iter().any(|t| t.key.as_deref() == Some("kubevirt-rs.test/cdi-workloads")), "{tolerated:?}");
+    let dv = wait_succeeded(&api, "placed").await;
+    cdis.delete("placement-test", &DeleteParams::default()).await?;
+    assert_success_status(&dv?);
     ns.delete().await
 }
 

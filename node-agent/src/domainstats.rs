@@ -5,6 +5,7 @@
 //! | --- | --- | --- |
 //! | `kubevirt_vmi_memory_resident_bytes`, `_available_bytes`, `_unused_bytes`, `_usable_bytes`, `_actual_balloon_bytes`, `_cached_bytes`, `_swap_in_traffic_bytes`, `_swap_out_traffic_bytes` (gauges), `_pgmajfault_total`, `_pgminfault_total` (counters), `kubevirt_vmi_memory_domain_bytes` | — | `virDomainMemoryStats` (the guest's own need its balloon driver), the domain's `<memory>` |
 //! | `kubevirt_vmi_cpu_usage_seconds_total`, `_cpu_user_usage_seconds_total`, `_cpu_system_usage_seconds_total` | — | `virDomainGetInfo`, `virDomainGetCPUStats` |
+//! | `kubevirt_vmi_vcpu_seconds_total` (`state` `running`), `kubevirt_vmi_vcpu_delay_seconds_total`, `kubevirt_vmi_vcpu_wait_seconds_total` (with the kernel's scheduler statistics on) | `id` (the vCPU's index) | QEMU's vCPU threads in the host's `/proc` (`crate::vcpu`) |
 //! | `kubevirt_vmi_network_{receive,transmit}_{bytes,packets,errors}_total`, `_{receive,transmit}_packets_dropped_total` | `interface` (the VMI's interface name) | `virDomainInterfaceStats` |
 //! | `kubevirt_vmi_storage_{read,write}_traffic_bytes_total`, `kubevirt_vmi_storage_iops_{read,write}_total` | `drive` (the VMI's disk name) | `virDomainBlockStats` |
 //! | `kubevirt_vmi_migration_data_bytes_total`, `_data_processed_bytes`, `_data_remaining_bytes` | — | the source's migration job (`virDomainGetJobInfo`) |
@@ -12,10 +13,10 @@
 //! Every sample has upstream's `node`, `namespace` and `name` labels plus one `kubernetes_vmi_label_<key>` per
 //! VMI label (the key with every character Prometheus does not allow as `_`).
 //!
-//! Not rendered: the per-vCPU `kubevirt_vmi_vcpu_*` times, the storage `*_times_seconds_total` / flush counters
-//! and the migration's transfer and dirty rates. libvirt has them only in its typed-parameter statistics, which
-//! the `virt` crate does not wrap safely (its `job_stats` even panics when no job runs), and this crate has no
-//! `unsafe`.
+//! Not rendered: the storage `*_times_seconds_total` / flush counters and the migration's transfer and dirty
+//! rates. libvirt has them only in its typed-parameter statistics, which the `virt` crate does not wrap safely
+//! (its `job_stats` even panics when no job runs), and this crate has no `unsafe`; the per-vCPU times, which are
+//! there too, are read where libvirt reads them.
 //!
 //! [`families`] is pure (table-tested). [`Sampler::refresh`] reads every running VMI of the node (at most
 //! [`CONCURRENCY`] at once, each bounded by [`TIMEOUT`]; a launcher that does not answer is left out of that
@@ -34,6 +35,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use crate::libvirt::{DomainStats, Libvirt};
+use crate::vcpu::{ProcFs, VcpuTimes};
 
 /// Longest wait for one launcher's counters in a scrape.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
@@ -51,6 +53,8 @@ pub struct VmiStats {
     pub labels: BTreeMap<String, String>,
     /// What libvirt reported.
     pub stats: DomainStats,
+    /// Its QEMU's vCPU threads (empty when they were not found).
+    pub vcpus: Vec<VcpuTimes>,
 }
 
 /// A Kubernetes label key as a Prometheus label name: `kubernetes_vmi_label_` and the key with every character
@@ -120,6 +124,18 @@ pub fn families(node: &str, vmis: &[VmiStats]) -> Vec<Computed> {
         C::counter("kubevirt_vmi_storage_write_traffic_bytes_total", "Total number of written bytes."),
         C::counter("kubevirt_vmi_storage_iops_read_total", "Total number of I/O read operations."),
         C::counter("kubevirt_vmi_storage_iops_write_total", "Total number of I/O write operations."),
+    ];
+    let mut vcpu = [
+        C::counter(
+            "kubevirt_vmi_vcpu_seconds_total",
+            "Total amount of time spent in each state by each vcpu (cpu_time excluding hypervisor time). Where `id` \
+             is the vcpu identifier and `state` can be one of the following: [`OFFLINE`, `RUNNING`, `BLOCKED`].",
+        ),
+        C::counter("kubevirt_vmi_vcpu_wait_seconds_total", "Amount of time spent by each vcpu while waiting on I/O."),
+        C::counter(
+            "kubevirt_vmi_vcpu_delay_seconds_total",
+            "Amount of time spent by each vcpu waiting in the queue instead of running.",
+        ),
     ];
     let mut migration = [
         C::counter("kubevirt_vmi_migration_data_bytes_total", "The total Guest OS data to be migrated to the new VM."),
@@ -192,6 +208,18 @@ pub fn families(node: &str, vmis: &[VmiStats]) -> Vec<Computed> {
                 family.add(labels.clone(), value as f64);
             }
         }
+        for c in &v.vcpus {
+            let id = c.id.to_string();
+            let by_id = base(Some(("id", &id)));
+            let mut running = by_id.clone();
+            // libvirt reports every online vCPU of a running QEMU domain as running.
+            running.insert(4, ("state".to_owned(), "running".to_owned()));
+            vcpu[0].add(running, c.time);
+            if let Some(wait) = c.wait {
+                vcpu[1].add(by_id.clone(), wait);
+            }
+            vcpu[2].add(by_id, c.delay);
+        }
         if let Some(j) = &s.migration {
             let values = [j.total, j.processed, j.remaining];
             for (family, value) in migration.iter_mut().zip(values) {
@@ -199,7 +227,7 @@ pub fn families(node: &str, vmis: &[VmiStats]) -> Vec<Computed> {
             }
         }
     }
-    [mem.as_slice(), &cpu, &net, &storage, &migration].concat()
+    [mem.as_slice(), &cpu, &vcpu, &net, &storage, &migration].concat()
 }
 
 /// Reads the counters of the node's VMIs and keeps the last reading for [`registry`].
@@ -207,15 +235,18 @@ pub struct Sampler {
     node: String,
     vmis: Store<VirtualMachineInstance>,
     pods: Store<Pod>,
+    proc: ProcFs,
     last: Mutex<Vec<VmiStats>>,
     /// One reading at a time: a scrape arriving during one waits for it and reads again.
     reading: tokio::sync::Mutex<()>,
 }
 
 impl Sampler {
-    /// A sampler of `node`'s VMIs (`vmis`: the node's VMIs, `pods`: its launcher pods).
-    pub fn new(node: String, vmis: Store<VirtualMachineInstance>, pods: Store<Pod>) -> Sampler {
-        Sampler { node, vmis, pods, last: Mutex::new(Vec::new()), reading: tokio::sync::Mutex::new(()) }
+    /// A sampler of `node`'s VMIs (`vmis`: the node's VMIs, `pods`: its launcher pods, `proc`: the host's
+    /// process table, where their QEMUs' vCPU threads are).
+    pub fn new(node: String, vmis: Store<VirtualMachineInstance>, pods: Store<Pod>, proc: ProcFs) -> Sampler {
+        let (last, reading) = (Mutex::new(Vec::new()), tokio::sync::Mutex::new(()));
+        Sampler { node, vmis, pods, proc, last, reading }
     }
 
     /// Reads every VMI of the node whose launcher pod on this node is known (see the module doc for bounds).
@@ -227,17 +258,23 @@ impl Sampler {
             .into_iter()
             .filter_map(|vmi| {
                 let pod = crate::agent::active_pod(&self.pods, &self.node, &vmi)?;
-                let uri = SocketDir::on_node(&pod.uid()?).libvirt_uri();
-                Some((vmi.namespace()?, vmi.name_any(), vmi.labels().clone(), uri))
+                Some((vmi.namespace()?, vmi.name_any(), vmi.labels().clone(), pod.uid()?))
             })
             .collect();
-        let read = targets.into_iter().map(|(namespace, name, labels, uri)| async move {
+        let read = targets.into_iter().map(|(namespace, name, labels, pod_uid)| async move {
             let domain = launcher::domain_name(&namespace, &name);
-            let read = tokio::task::spawn_blocking(move || -> Result<Option<DomainStats>, crate::libvirt::Error> {
-                Libvirt::connect(&uri)?.lookup(&domain)?.map(|d| d.stats()).transpose()
+            let proc = self.proc.clone();
+            type Read = Result<Option<(DomainStats, Vec<VcpuTimes>)>, crate::libvirt::Error>;
+            let read = tokio::task::spawn_blocking(move || -> Read {
+                let uri = SocketDir::on_node(&pod_uid).libvirt_uri();
+                let Some(stats) = Libvirt::connect(&uri)?.lookup(&domain)?.map(|d| d.stats()).transpose()? else {
+                    return Ok(None);
+                };
+                let vcpus = proc.qemu_of_pod(&pod_uid).map(|pid| proc.vcpus(pid)).unwrap_or_default();
+                Ok(Some((stats, vcpus)))
             });
             match tokio::time::timeout(TIMEOUT, read).await {
-                Ok(Ok(Ok(Some(stats)))) => Some(VmiStats { namespace, name, labels, stats }),
+                Ok(Ok(Ok(Some((stats, vcpus))))) => Some(VmiStats { namespace, name, labels, stats, vcpus }),
                 Ok(Ok(Ok(None))) => None,
                 Ok(Ok(Err(e))) => {
                     tracing::debug!(%namespace, %name, error = %e.line(), "no domain statistics");
@@ -299,6 +336,7 @@ mod tests {
             name: name.into(),
             labels: BTreeMap::from([("kubevirt.io/vm".into(), name.into())]),
             stats,
+            vcpus: Vec::new(),
         }
     }
 
@@ -325,7 +363,12 @@ mod tests {
             migration: Some(MigrationCounters { total: 10, processed: 4, remaining: 6 }),
         };
         let bare = DomainStats { memory_domain: 64 << 20, cpu_total: 0.25, ..Default::default() };
-        let fs = families("node1", &[vmi("a", full), vmi("b", bare)]);
+        let mut a = vmi("a", full);
+        a.vcpus = vec![
+            VcpuTimes { id: 0, time: 1.5, delay: 0.25, wait: Some(0.5) },
+            VcpuTimes { id: 1, time: 3.0, delay: 0.0, wait: None },
+        ];
+        let fs = families("node1", &[a, vmi("b", bare)]);
         let a = [("node", "node1"), ("namespace", "ns"), ("name", "a"), ("kubernetes_vmi_label_kubevirt_io_vm", "a")];
         let b = [("name", "b")];
         let v = |name: &str, labels: &[(&str, &str)]| find(&fs, name).value(labels);
@@ -347,6 +390,13 @@ mod tests {
         assert_eq!(v("kubevirt_vmi_migration_data_remaining_bytes", &a), Some(6.0));
         assert_eq!(v("kubevirt_vmi_migration_data_bytes_total", &b), None, "no job, no migration sample");
         assert_eq!(find(&fs, "kubevirt_vmi_network_receive_bytes_total").samples.len(), 1);
+        let cpu0 = [("name", "a"), ("id", "0")];
+        assert_eq!(v("kubevirt_vmi_vcpu_seconds_total", &[cpu0[0], cpu0[1], ("state", "running")]), Some(1.5));
+        assert_eq!(v("kubevirt_vmi_vcpu_seconds_total", &[("name", "a"), ("id", "1")]), Some(3.0));
+        assert_eq!(v("kubevirt_vmi_vcpu_delay_seconds_total", &cpu0), Some(0.25));
+        assert_eq!(v("kubevirt_vmi_vcpu_wait_seconds_total", &cpu0), Some(0.5));
+        assert_eq!(v("kubevirt_vmi_vcpu_wait_seconds_total", &[("id", "1")]), None, "no scheduler statistics");
+        assert_eq!(v("kubevirt_vmi_vcpu_seconds_total", &b), None, "vCPU threads not found: nothing rendered");
     }
 
     #[test]
@@ -359,9 +409,10 @@ mod tests {
     fn the_collector_renders_counters_with_their_upstream_names() {
         let (vmis, _) = kube::runtime::reflector::store();
         let (pods, _) = kube::runtime::reflector::store();
-        let sampler = Arc::new(Sampler::new("n1".into(), vmis, pods));
-        *sampler.last.lock().unwrap_or_else(|p| p.into_inner()) =
-            vec![vmi("a", DomainStats { memory_domain: 1024, cpu_total: 1.0, ..Default::default() })];
+        let sampler = Arc::new(Sampler::new("n1".into(), vmis, pods, ProcFs::new("/nonexistent")));
+        let mut a = vmi("a", DomainStats { memory_domain: 1024, cpu_total: 1.0, ..Default::default() });
+        a.vcpus = vec![VcpuTimes { id: 0, time: 2.0, delay: 0.0, wait: None }];
+        *sampler.last.lock().unwrap_or_else(|p| p.into_inner()) = vec![a];
         let text = registry(sampler).render();
         assert!(text.contains("# TYPE kubevirt_vmi_cpu_usage_seconds counter"), "{text}");
         assert!(
@@ -371,5 +422,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\nkubevirt_vmi_memory_domain_bytes{node=\"n1\""), "{text}");
+        assert!(
+            text.contains(
+                "\nkubevirt_vmi_vcpu_seconds_total{node=\"n1\",namespace=\"ns\",name=\"a\",id=\"0\",state=\"running\",kubernetes_vmi_label_kubevirt_io_vm=\"a\"} 2"
+            ),
+            "{text}"
+        );
     }
 }

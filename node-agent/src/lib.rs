@@ -33,5 +33,6 @@ pub mod phase;
 pub mod pod_setup;
 pub mod screenshot;
 pub mod server;
+pub mod vcpu;
 pub mod volumes;
 mod xml;

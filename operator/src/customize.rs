@@ -3,7 +3,7 @@
 //! | `KubeVirt` | `CDI` | rendered into |
 //! | --- | --- | --- |
 //! | `infra.nodePlacement{nodeSelector, affinity, tolerations}` | `infra{nodeSelector, affinity, tolerations}` | the control-plane Deployments' pod templates |
-//! | `workloads.nodePlacement{…}` | (importer pods: not yet) | the node agent DaemonSet's pod template |
+//! | `workloads.nodePlacement{…}` | `workloads{…}` (typed: `crds::cdi::operator::NodePlacement`) | the node agent DaemonSet's pod template; CDI's: every importer, upload-server and clone-source pod, set by the DataVolume controller |
 //! | `infra.replicas` | `infra.{deploymentReplicas, apiServerReplicas, uploadProxyReplicas}` | those Deployments' `replicas` |
 //! | `customizeComponents.patches[]{resourceType, resourceName, patch, type}` | the same | the named objects, last |
 //!

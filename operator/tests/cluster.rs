@@ -173,6 +173,11 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
         let v = sample(&first, name, &web).unwrap_or_else(|| panic!("no {name} for the VM:\n{first}"));
         assert!(v >= at_least, "{name} = {v}");
     }
+    // The vCPU's own time, read from QEMU's `CPU 0/TCG` thread: the boot ran on it.
+    let vcpu0 = [web[0], web[1], ("id", "0"), ("state", "running")];
+    let on_cpu = sample(&first, "kubevirt_vmi_vcpu_seconds_total", &vcpu0);
+    assert!(on_cpu.is_some_and(|s| s > 0.1), "vCPU 0's time: {on_cpu:?}\n{first}");
+    assert!(sample(&first, "kubevirt_vmi_vcpu_delay_seconds_total", &vcpu0[..3]).is_some(), "{first}");
     let reads =
         sample(&first, "kubevirt_vmi_storage_read_traffic_bytes_total", &[web[0], web[1], ("drive", "containerdisk")]);
     assert!(reads.is_some_and(|b| b > 1_048_576.0), "the boot read its disk: {reads:?}");
@@ -191,6 +196,17 @@ async fn the_operator_installs_rolls_a_release_without_downtime_and_uninstalls()
                 .is_some_and(|n| n > 0.0)),
         "both DataVolume controllers behind cdi-prometheus-metrics: {cdi_metrics:?}"
     );
+    // The leading DataVolume controller describes every StorageProfile (the cluster's default class `local`)
+    // and counts no DataVolume waiting for a default class and no worker pod restarting often.
+    let local = [("storageclass", "local"), ("provisioner", "kubevirt-rs.test/local"), ("complete", "true")];
+    let local = [local[0], local[1], local[2], ("default", "true"), ("virtdefault", "false"), ("rwx", "false")];
+    let profiles: Vec<f64> =
+        cdi_metrics.iter().filter_map(|(_, t)| sample(t, "kubevirt_cdi_storageprofile_info", &local)).collect();
+    assert_eq!(profiles, [1.0], "the leader alone describes the local StorageProfile: {cdi_metrics:?}");
+    let leader = joined(&cdi_metrics);
+    for name in ["kubevirt_cdi_datavolume_pending", "kubevirt_cdi_import_pods_high_restart"] {
+        assert_eq!(sample(&leader, name, &[]), Some(0.0), "{name}: {leader}");
+    }
     let dv_yaml = cdi_test_support::datavolume_yaml(
         "slow",
         &format!("    http:\n      url: \"{}\"", host_url(18080, "slow/small.raw")),

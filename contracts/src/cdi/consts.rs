@@ -125,8 +125,17 @@ pub mod label {
     pub const APP: &str = "app";
     /// `app` value on every CDI-made object.
     pub const APP_VALUE: &str = "containerized-data-importer";
-    /// Worker kind label (`importer`, `cdi-upload-server`, `cdi-clone-source`).
+    /// Worker kind label (`importer`, `cdi-upload-server`, `cdi-clone-source`: [`worker`]).
     pub const CDI: &str = "cdi.kubevirt.io";
+    /// The kinds of worker: the value of their [`CDI`] label, and their container's name.
+    pub mod worker {
+        /// An importer pod.
+        pub const IMPORTER: &str = "importer";
+        /// An upload-server pod.
+        pub const UPLOAD_SERVER: &str = "cdi-upload-server";
+        /// A clone-source pod.
+        pub const CLONE_SOURCE: &str = "cdi-clone-source";
+    }
     /// Prometheus scrape marker.
     pub const PROMETHEUS: &str = "prometheus.cdi.kubevirt.io";
     /// Disables the PV-filling alert on Filesystem PVCs.

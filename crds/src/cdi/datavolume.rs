@@ -67,6 +67,14 @@ pub struct DataVolumeSpec {
     pub preallocation: Option<bool>,
 }
 
+impl DataVolume {
+    /// The StorageClass its claim names (`spec.storage`, else `spec.pvc`); `None` leaves it to the default class.
+    pub fn storage_class_name(&self) -> Option<&str> {
+        let storage = self.spec.storage.as_ref().and_then(|s| s.storage_class_name.as_deref());
+        storage.or_else(|| self.spec.pvc.as_ref().and_then(|p| p.storage_class_name.as_deref()))
+    }
+}
+
 /// `spec.contentType` (the one content type enum of the workspace).
 pub use contracts::cdi::ContentType;
 

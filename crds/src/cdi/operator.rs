@@ -5,6 +5,9 @@
 //!
 //! [`CDIConfig`]: super::config::CDIConfig
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -40,10 +43,29 @@ pub struct CDISpec {
     /// The CDIConfig `config` the operator keeps in sync.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<CDIConfigSpec>,
+    /// Where CDI's workload pods (importer, upload server, clone source) run; the DataVolume controller puts it
+    /// on every worker pod it makes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workloads: Option<NodePlacement>,
     /// Fields this version does not model, kept verbatim.
     #[serde(flatten, default, skip_serializing_if = "Extra::is_empty")]
     #[schemars(skip)]
     pub extra: Extra,
+}
+
+/// Upstream's `NodePlacement`: where pods run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePlacement {
+    /// Labels a node must carry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Scheduling constraints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Taints tolerated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
 }
 
 /// Observed state of the CDI installation.

@@ -108,13 +108,7 @@ fn storage_facts(dv: &DataVolume, ctx: &Context) -> StorageFacts {
         let sns = if p.namespace.is_empty() { ns.clone() } else { p.namespace.clone() };
         ctx.stores.pvcs.get(&ObjectRef::new(&p.name).within(&sns))
     });
-    let explicit = dv
-        .spec
-        .storage
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .or_else(|| dv.spec.pvc.as_ref().and_then(|p| p.storage_class_name.clone()));
-    ctx.storage_facts(explicit.as_deref(), clone_src.as_deref())
+    ctx.storage_facts(dv.storage_class_name(), clone_src.as_deref())
 }
 
 async fn reconcile_inner(dv: &DataVolume, ctx: &Context) -> Result<Action> {

@@ -14,8 +14,10 @@ use contracts::cdi::{
 };
 use contracts::quantity::{ByteQuantity, InvalidQuantity, MIB};
 use crds::cdi::config::ImportProxy;
+use crds::cdi::consts::label::worker;
 use crds::cdi::consts::{self, ann, label};
 use crds::cdi::naming;
+use crds::cdi::operator::NodePlacement;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
@@ -54,6 +56,8 @@ pub struct WorkerConfig {
     pub preallocation: bool,
     /// Explicit scratch storage class.
     pub scratch_class: Option<String>,
+    /// The CDI installation's `spec.workloads`: every worker pod's node selector, affinity and tolerations.
+    pub placement: Option<NodePlacement>,
 }
 
 /// Per-pod choices the worker controller makes from the PVC's history.
@@ -373,7 +377,7 @@ pub fn importer_pod(
         entries.push(OvaDiskEnv(disk.clone()).to_env());
     }
     let mut container = worker_container(
-        "importer",
+        worker::IMPORTER,
         &cfg.importer_image,
         vec!["importer".into()],
         cfg,
@@ -382,7 +386,7 @@ pub fn importer_pod(
         device,
     );
     container.args = Some(vec![format!("-v={}", cfg.verbosity)]);
-    Ok(worker_pod(pvc, cfg, naming::importer_pod(&name), "importer", container, volumes))
+    Ok(worker_pod(pvc, cfg, naming::importer_pod(&name), worker::IMPORTER, container, volumes))
 }
 
 fn worker_pod(
@@ -412,6 +416,9 @@ fn worker_pod(
             priority_class_name: options.priority_class,
             service_account_name: options.service_account,
             image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| cfg.image_pull_secrets.clone()),
+            node_selector: cfg.placement.as_ref().and_then(|p| p.node_selector.clone()),
+            affinity: cfg.placement.as_ref().and_then(|p| p.affinity.clone()),
+            tolerations: cfg.placement.as_ref().and_then(|p| p.tolerations.clone()),
             ..Default::default()
         }),
         status: None,
@@ -505,7 +512,7 @@ pub fn upload_pod(
         ..Default::default()
     });
     let mut container = worker_container(
-        "cdi-upload-server",
+        worker::UPLOAD_SERVER,
         &cfg.uploadserver_image,
         vec!["uploadserver".into()],
         cfg,
@@ -515,7 +522,7 @@ pub fn upload_pod(
     );
     container.args = Some(vec![format!("-v={}", cfg.verbosity)]);
     container.readiness_probe = Some(healthz_probe(Some(2), 5));
-    let mut pod = worker_pod(pvc, cfg, server.clone(), "cdi-upload-server", container, vec![data, scratch, tls]);
+    let mut pod = worker_pod(pvc, cfg, server.clone(), worker::UPLOAD_SERVER, container, vec![data, scratch, tls]);
     if let Some(l) = pod.metadata.labels.as_mut() {
         l.insert(label::UPLOAD_SERVER.into(), server);
         if let Some(uid) = pvc.uid() {
@@ -534,7 +541,7 @@ pub fn upload_service(pvc: &PersistentVolumeClaim) -> Service {
             namespace: pvc.namespace(),
             labels: Some(BTreeMap::from([
                 (label::APP.to_owned(), label::APP_VALUE.to_owned()),
-                (label::CDI.to_owned(), "cdi-upload-server".to_owned()),
+                (label::CDI.to_owned(), worker::UPLOAD_SERVER.to_owned()),
             ])),
             owner_references: owner(pvc),
             ..Default::default()
@@ -581,7 +588,7 @@ pub fn clone_source_pod(
     });
     let path = if block { consts::BLOCK_DEVICE.to_owned() } else { format!("{}/disk.img", consts::DATA_DIR) };
     let mut container = worker_container(
-        "cdi-clone-source",
+        worker::CLONE_SOURCE,
         &cfg.cloner_image,
         vec!["importer".into(), "serve".into()],
         cfg,
@@ -608,14 +615,14 @@ pub fn clone_source_pod(
         source,
         cfg,
         naming::clone_source_pod(&target_uid),
-        "cdi-clone-source",
+        worker::CLONE_SOURCE,
         container,
         vec![data, token],
     );
     pod.metadata.owner_references = None;
     pod.metadata.labels = Some(BTreeMap::from([
         (label::APP.to_owned(), label::APP_VALUE.to_owned()),
-        (label::CDI.to_owned(), "cdi-clone-source".to_owned()),
+        (label::CDI.to_owned(), worker::CLONE_SOURCE.to_owned()),
     ]));
     if let Some(a) = pod.metadata.annotations.as_mut() {
         a.insert(
@@ -890,6 +897,36 @@ mod tests {
         let spec = svc.spec.unwrap_or_default();
         assert_eq!(spec.selector.unwrap_or_default()[label::UPLOAD_SERVER], "cdi-upload-disk");
         assert_eq!(spec.ports.unwrap_or_default()[0].port, 8443);
+    }
+
+    #[test]
+    fn the_cdi_workloads_placement_reaches_every_worker_pod() {
+        let placement: NodePlacement = serde_json::from_value(serde_json::json!({
+            "nodeSelector": {"cdi-workers": "yes"},
+            "tolerations": [{"key": "storage", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms":
+                [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let cfg = WorkerConfig { placement: Some(placement.clone()), ..config() };
+        let pvc = claim(false, Some("1Gi"), &[(ann::SOURCE, "http"), (ann::ENDPOINT, "http://h/x.raw")]);
+        let mut golden = claim(true, Some("1Gi"), &[]);
+        golden.metadata.name = Some("golden".into());
+        let pods = [
+            importer_pod(&pvc, &source(&pvc), &cfg, &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}")),
+            upload_pod(&pvc, &cfg, 0.06, "2026-12-02T00:00:00Z").unwrap_or_else(|e| panic!("{e}")),
+            clone_source_pod(&pvc, &golden, &cfg, "pvc-uid-source-pod"),
+        ];
+        for pod in pods {
+            let spec = pod.spec.unwrap_or_default();
+            assert_eq!(spec.node_selector, placement.node_selector, "{:?}", pod.metadata.name);
+            assert_eq!(spec.tolerations, placement.tolerations, "{:?}", pod.metadata.name);
+            assert_eq!(spec.affinity, placement.affinity, "{:?}", pod.metadata.name);
+        }
+        let plain =
+            importer_pod(&pvc, &source(&pvc), &config(), &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let spec = plain.spec.unwrap_or_default();
+        assert_eq!((spec.node_selector, spec.tolerations, spec.affinity), (None, None, None), "no placement");
     }
 
     #[test]

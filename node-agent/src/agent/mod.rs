@@ -740,7 +740,8 @@ pub async fn run(
         Api::<VirtualMachineInstance>::all(client.clone()),
         watcher::Config::default().labels(&vmi_selector(&node)),
     );
-    let sampler = crate::domainstats::Sampler::new(node.clone(), vmis.store(), stores.pods.clone());
+    let proc = crate::vcpu::ProcFs::new("/proc");
+    let sampler = crate::domainstats::Sampler::new(node.clone(), vmis.store(), stores.pods.clone(), proc);
     crate::domainstats::register(&late, Arc::new(sampler));
     let vmis = vmis
         .watches(Api::<Pod>::all(client.clone()), pod_watch(), |pod: Pod| {

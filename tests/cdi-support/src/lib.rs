@@ -84,7 +84,7 @@ pub async fn deploy_cdi(cluster: &TestCluster) -> Result<CdiImages> {
         tokio::task::spawn_blocking(cdi_images).await.map_err(|e| Error::ClusterUp(format!("join: {e}")))??;
     let client = cluster.client().await?;
     apply_yaml(&client, "cdi", &read_repo_file("deploy/namespace.yaml")?).await?;
-    for f in ["datavolume.yaml", "cdiconfig.yaml", "storageprofile.yaml"] {
+    for f in ["datavolume.yaml", "cdiconfig.yaml", "storageprofile.yaml", "cdi.yaml"] {
         apply_yaml(&client, "cdi", &read_repo_file(&format!("deploy/crds/{f}"))?).await?;
     }
     // CRDs must be established before objects of them are served.
