@@ -4,20 +4,22 @@
 # vmdk converter and the OVA reader: tar, OVF, disk selection), parent (the parent-image finder of the formats
 # with a child form: vhd, vhdx, vmdk, vdi), vhd, vhdx and vmdk_sparse (the native readers of those formats and of
 # monolithicSparse vmdk, by positional reads), gzip (the restartable gzip decoder, against flate2 and against
-# itself restarted at each restart point) and dhcp (the launcher's DHCP server).
+# itself restarted at each restart point), xz_index (the block map of an .xz file, read to resume one) and dhcp
+# (the launcher's DHCP server).
 # With FUZZ_RUNS=N each target instead runs exactly N inputs with a fixed seed from its seed corpus (deterministic:
 # what the test command uses, so CI cannot flake on a new random find; open-ended hunting is the timed mode).
 # Installs cargo-fuzz and the nightly toolchain when missing, seeds each corpus with small images made by qemu-img
 # (qcow2: every variant the importer supports; vmdk: streamOptimized images and an OVA holding two of them;
 # parent: each format with a child form, plain and as a child image; vhd: dynamic images, trimmed; vhdx: images
 # compacted into the layout the target expands; vmdk_sparse: monolithicSparse images, plain and zeroed-grain;
-# gzip: gzip -1/-9 streams, two members, header fields), and fails if the fuzzer finds a crash.
+# gzip: gzip -1/-9 streams, two members, header fields; xz_index: the indexes of xz -T files), and fails if the
+# fuzzer finds a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent vhd vhdx vmdk_sparse gzip dhcp)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(qcow2 vmdk parent vhd vhdx vmdk_sparse gzip xz_index dhcp)
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/kubevirt-rs/fuzz-target}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
@@ -158,6 +160,21 @@ seed_gzip() {
   (cd "$W" && gzip -6 -c disk.img) >"$seeds/named.gz" # FNAME and MTIME set
 }
 
+# The fuzz input is the length of the file's blocks (u32, little-endian), its last 12 bytes (the footer), its index.
+seed_xz_index() {
+  local seeds=$1 bs f n back blocks
+  { yes 'fuzz seed data' | head -c 600K >"$W/x.bin"; } || true
+  for bs in 65536 262144; do
+    f="$W/x-$bs.xz"
+    xz -T2 --block-size=$bs -1 -c "$W/x.bin" >"$f"
+    n=$(stat -c %s "$f")
+    back=$(( ($(od -An -tu4 -j $((n - 8)) -N4 "$f") + 1) * 4 ))
+    blocks=$((n - 24 - back))
+    { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((blocks & 255)) $((blocks >> 8 & 255)) $((blocks >> 16 & 255)) $((blocks >> 24)))"
+      tail -c 12 "$f"; tail -c $((back + 12)) "$f" | head -c "$back"; } >"$seeds/bs$bs"
+  done
+}
+
 # dhcp_message FILE TYPE [OPTION-HEX...]: a BOOTREQUEST from the guest's MAC 02:6b:76:72:73:01 with DHCP
 # message type TYPE and further options, ended.
 dhcp_message() {
@@ -188,8 +205,9 @@ for t in "${TARGETS[@]}"; do
     vhdx) max_len=1048576 ;;
     vmdk_sparse) max_len=524288 ;;
     gzip) max_len=262144 ;;
+    xz_index) max_len=65536 ;;
     dhcp) max_len=1500 ;;
-    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent, vhd, vhdx, vmdk_sparse, gzip or dhcp)" >&2; exit 2 ;;
+    *) echo "unknown fuzz target $t (expected qcow2, vmdk, parent, vhd, vhdx, vmdk_sparse, gzip, xz_index or dhcp)" >&2; exit 2 ;;
   esac
   SEEDS=fuzz/corpus/$t
   mkdir -p "$SEEDS"

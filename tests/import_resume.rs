@@ -47,6 +47,34 @@ impl SlowFile {
         SlowFile { path, url: format!("{}/slow/{name}", env().http_plain), token }
     }
 
+    /// The same content compressed by `xz -T2` in blocks of 256 KiB of output (as multi-threaded xz writes them).
+    fn xz(tag: &str, seed: u8) -> Self {
+        let token = unique_token(tag);
+        let name = format!("resume-{token}.raw.xz");
+        let path = env().corpus.join(&name);
+        let raw = env().corpus.join(format!("resume-{token}.src"));
+        fs::write(&raw, content(seed)).unwrap();
+        let out = Command::new("xz").args(["-T2", "--block-size=262144", "-1", "-c"]).arg(&raw).output();
+        let _ = fs::remove_file(&raw);
+        let out = out.unwrap();
+        assert!(out.status.success(), "xz failed");
+        fs::write(&path, out.stdout).unwrap();
+        SlowFile { path, url: format!("{}/slow/{name}", env().http_plain), token }
+    }
+
+    /// (compressed, uncompressed) offsets of the file's xz blocks, as `xz --list` reports them.
+    fn xz_blocks(&self) -> Vec<(u64, u64)> {
+        let out = Command::new("xz").args(["--robot", "--list", "-vv"]).arg(&self.path).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("block\t"))
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f[4].parse().unwrap(), f[5].parse().unwrap())
+            })
+            .collect()
+    }
+
     /// The same content compressed by `gzip -6`.
     fn gzip(tag: &str, seed: u8) -> Self {
         let token = unique_token(tag);
@@ -282,5 +310,38 @@ fn a_killed_gzip_import_resumes_from_a_deflate_block_boundary() {
     assert_eq!(resumed.len(), 1, "one ranged GET from the restart point: {log:?}");
     assert_eq!((resumed[0].0, resumed[0].1), (206, size - durable), "{log:?}");
     assert!(log.iter().any(|(s, b, r)| *s == 206 && r.starts_with("bytes=0-") && *b == durable), "{log:?}");
+    assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
+}
+
+#[test]
+fn a_killed_xz_import_resumes_at_the_last_block_inside_its_durable_data() {
+    let src = SlowFile::xz("resume-xz", 7);
+    let xz = fs::read(&src.path).unwrap();
+    let size = xz.len() as u64;
+    let blocks = src.xz_blocks();
+    assert!(blocks.len() >= 6, "multi-threaded xz writes a block per 256 KiB: {blocks:?}");
+    let hex: String = Sha256::digest(&xz).iter().map(|b| format!("{b:02x}")).collect();
+    let sum = format!("sha256:{hex}");
+    let out = OutDir::new("resume-xz");
+    let dest = out.join("disk.img");
+    let mut first = spawn(&src.url, &dest, &["--checksum", &sum]);
+    let durable = kill_after(&mut first, &dest, 600 << 10);
+    assert!(durable < LEN as u64, "the import finished before it was killed");
+    let ckpt: serde_json::Value = serde_json::from_slice(&fs::read(checkpoint_of(&dest)).unwrap()).unwrap();
+    assert_eq!(ckpt["layout"], "xz", "{ckpt}");
+    // The block the next run restarts at: the last that begins inside the durable output.
+    let (from, _) = blocks.iter().rev().find(|(_, u)| *u <= durable).copied().unwrap();
+    assert!(from > 0, "{blocks:?} {durable}");
+
+    run_to_end(&src.url, &dest, &["--checksum", &sum]);
+    assert_eq!(fs::read(&dest).unwrap(), content(7), "resumed xz import differs from the uncompressed source");
+    assert!(!checkpoint_of(&dest).exists(), "checkpoint left after success");
+    let log = gets(&src.token);
+    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={from}-")).collect();
+    assert_eq!(resumed.len(), 1, "one ranged GET from the block's offset {from}: {log:?}");
+    assert_eq!((resumed[0].0, resumed[0].1), (206, size - from), "{log:?}");
+    // The checksum covers the bytes before it, read again only to be hashed; the index and stream header are
+    // small positional reads.
+    assert!(log.iter().any(|(s, b, r)| *s == 206 && r.starts_with("bytes=0-") && *b == from), "{log:?}");
     assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
 }

@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::checksum::{ExpectedChecksum, Hasher, HashingReader};
 use crate::decompress::gzip::{GzipDecoder, Restarts, WINDOW};
+use crate::decompress::xz_index;
 use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
 use crate::error::{Tagger, untag};
@@ -221,15 +222,26 @@ fn resume(
         tracing::info!("the import checkpoint does not match the source or the target; starting over");
         return Ok(None);
     }
-    let (from, version) = (ckpt.durable, &ckpt.validator);
-    let opened = match &req.source {
-        SourceLocation::Http(url) => source::http::open_from(url, &req.http, rt, from, version)?,
-        SourceLocation::S3 { url, endpoint } => {
-            source::s3::open_from(url, endpoint.as_ref(), &req.http, rt, from, version)?
+    let version = &ckpt.validator;
+    let open_at = |from: u64| -> Result<Option<OpenedSource>> {
+        match &req.source {
+            SourceLocation::Http(url) => source::http::open_from(url, &req.http, rt, from, version),
+            SourceLocation::S3 { url, endpoint } => {
+                source::s3::open_from(url, endpoint.as_ref(), &req.http, rt, from, version)
+            }
+            _ => Ok(None),
         }
+    };
+    // Xz: the block to restart at, from the source's index; the stream is opened at that block.
+    let xz = match ckpt.layout {
+        Layout::Xz => match xz_restart(&open_at, &ckpt)? {
+            Some(r) => Some(r),
+            None => return Ok(None),
+        },
         _ => None,
     };
-    let Some(opened) = opened else { return Ok(None) };
+    let from = xz.as_ref().map_or(ckpt.durable, |r| r.block.compressed);
+    let Some(opened) = open_at(from)? else { return Ok(None) };
     tracing::info!(from, size = ckpt.validator.size, "resuming the import where its durable data ends");
     let hasher = req.checksum.as_ref().map(|c| Hasher::new(c.algorithm));
     if let (Some(h), Some(ra)) = (&hasher, &opened.random_access) {
@@ -240,6 +252,7 @@ fn resume(
     // past the frontier is written again).
     let keep = match (ckpt.layout, ckpt.inflate) {
         (Layout::Raw, _) => from,
+        (Layout::Xz, _) => xz.as_ref().map_or(0, |r| r.block.uncompressed),
         (Layout::Gzip, Some(p)) => p.output,
         (Layout::Gzip, None) => return Ok(None),
         (Layout::Qcow2, _) => std::fs::metadata(&req.dest).map(|m| m.len()).unwrap_or(0),
@@ -308,6 +321,40 @@ fn resume(
                 sink.write_zeroes(vs, target - vs)?;
                 Ok((vs, target))
             }
+            Layout::Xz => {
+                let r = xz.as_ref().ok_or_else(|| Error::InvalidRequest(String::from("no xz restart block")))?;
+                let done = r.block.uncompressed;
+                let (rest_in, rest_out) = (r.index.offset - r.block.compressed, r.index.output_len - done);
+                let limit = match (req.size.limit(), sink.capacity()) {
+                    (Some(s), Some(c)) => Some(s.min(c)),
+                    (s, c) => s.or(c),
+                };
+                let xz_err = |source| Error::Decompress { compression: Compression::Xz, source };
+                let restarted = Checkpoint { durable: done, ..ckpt.clone() };
+                let mut w = Checkpointing::new(sink.as_mut(), &req.dest, restarted);
+                let copied = {
+                    // The stream header, then the blocks from this one up to the index: a stream whose blocks
+                    // decode as in the file (its index is not fed: it would not match). The output is cut at
+                    // the blocks' length, so the decoder is never asked past the last one.
+                    let blocks = io::Cursor::new(r.header.clone()).chain((&mut stream).take(rest_in));
+                    let input = io::BufReader::with_capacity(256 << 10, blocks);
+                    let decoder =
+                        liblzma::bufread::XzDecoder::new_stream(input, decompress::mt_stream().map_err(xz_err)?);
+                    let mut decoded = Tagger::new(decoder.take(rest_out), move |source, _| xz_err(source));
+                    format::copy_raw(&mut decoded, &mut w, limit.map(|l| l.saturating_sub(done)))?
+                };
+                drop(w);
+                if copied != rest_out {
+                    let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "the xz blocks ended early");
+                    return Err(xz_err(eof));
+                }
+                // The index and the footer: read (and hashed) like every other byte of the source.
+                drain(&mut stream)?;
+                let vs = done + copied;
+                let target = plan::target_size(vs, req.size, sink.capacity())?;
+                sink.write_zeroes(vs, target - vs)?;
+                Ok((vs, target))
+            }
             Layout::Qcow2 => {
                 let ra = random_access.ok_or_else(|| Error::InvalidRequest(String::from("no positional reads")))?;
                 let mut head = vec![0u8; HEAD_LEN.min(size as usize)];
@@ -331,11 +378,58 @@ fn resume(
     let (plan, about) = match ckpt.layout {
         Layout::Raw => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, &[], started)),
         Layout::Gzip => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, &[Compression::Gzip], started)),
+        Layout::Xz => (Plan::Stream, Concluded::resumed(ImageFormat::Raw, &[Compression::Xz], started)),
         Layout::Qcow2 => {
             (Plan::Qcow2 { refetch: RefetchPlan::Random }, Concluded::resumed(ImageFormat::Qcow2, &[], started))
         }
     };
     conclude(req, sink, hasher.as_ref(), progress, sizes, plan, about).map(Some)
+}
+
+/// Where an xz import restarts: a block of the source, its stream header, and the block map.
+struct XzRestart {
+    block: xz_index::Block,
+    header: Vec<u8>,
+    index: xz_index::Index,
+}
+
+/// The last block of the source that begins inside the checkpoint's durable output, read from its stream footer
+/// and index by position (`open_at` opens the same version of the source at an offset). `Ok(None)` when there
+/// is none past the first (one block, several streams, a damaged index, a changed source): the import starts
+/// over.
+fn xz_restart(open_at: &dyn Fn(u64) -> Result<Option<OpenedSource>>, ckpt: &Checkpoint) -> Result<Option<XzRestart>> {
+    let size = ckpt.validator.size;
+    if size < xz_index::HEADER_LEN + xz_index::FOOTER_LEN {
+        return Ok(None);
+    }
+    // Opened at the footer only for its positional reads of this version of the object.
+    let Some(ra) = open_at(size - xz_index::FOOTER_LEN)?.and_then(|o| o.random_access) else { return Ok(None) };
+    let read = |offset: u64, len: u64| -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; len as usize];
+        let n = read_at_full(ra.as_ref(), offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    };
+    let unusable = |e: xz_index::XzIndexError| {
+        tracing::info!("cannot restart the xz stream ({e}); starting over");
+        Ok(None)
+    };
+    let footer = read(size - xz_index::FOOTER_LEN, xz_index::FOOTER_LEN)?;
+    let len = match xz_index::backward_size(&footer) {
+        Ok(len) if len <= xz_index::MAX_INDEX && len <= size - xz_index::HEADER_LEN - xz_index::FOOTER_LEN => len,
+        Ok(len) => return unusable(xz_index::XzIndexError::IndexSize(len)),
+        Err(e) => return unusable(e),
+    };
+    let index = match xz_index::parse(&read(size - xz_index::FOOTER_LEN - len, len)?, size) {
+        Ok(index) => index,
+        Err(e) => return unusable(e),
+    };
+    let Some(block) = index.block_at(ckpt.durable).filter(|b| b.uncompressed > 0) else {
+        tracing::info!(blocks = index.blocks.len(), "no xz block begins inside the durable output; starting over");
+        return Ok(None);
+    };
+    let header = read(0, xz_index::HEADER_LEN)?;
+    Ok(Some(XzRestart { block, header, index }))
 }
 
 /// Fills `buf` from positional reads at `offset` (less only at the end of the source).
@@ -414,6 +508,7 @@ fn import_from(
     let layout = match (plan, probed.compressions.as_slice(), &probed.restarts) {
         (Plan::Stream, [], _) => Some(Layout::Raw),
         (Plan::Stream, [Compression::Gzip], Some(_)) => Some(Layout::Gzip),
+        (Plan::Stream, [Compression::Xz], _) => Some(Layout::Xz),
         (Plan::Qcow2 { refetch: RefetchPlan::Random }, [], _) => Some(Layout::Qcow2),
         _ => None,
     };

@@ -9,6 +9,9 @@
 //!             ─► raw: the target cut back to the durable end, the rest streamed from that offset
 //!                gzip: the target cut back to the restart point's output offset, its last 32 KiB read back as
 //!                      the deflate window, the decoder restarted there (decompress::gzip::GzipDecoder::resume)
+//!                xz: the source's index (footer and index by Range) names the last block that begins in the
+//!                    durable output; the target is cut back to that block's output offset and the stream
+//!                    header + the file from the block on are decoded (decompress::xz_index)
 //!                qcow2: format::qcow2::convert_from(durable): tables below re-read by Range, data below skipped
 //!             anything else (no checkpoint, another source, the object changed, no Range) ─► start over
 //! ```
@@ -17,12 +20,11 @@
 //! file, fsynced and renamed, and only after the image's data up to its offset was fsynced: a checkpoint never
 //! names data that is not on the volume. It is removed when the import ends, either way.
 //!
-//! What resumes: raw / ISO images, uncompressed or gzip-compressed, and qcow2 images, over HTTP(S) or S3 from
-//! servers with Range and a validator, into a file target (a Filesystem volume). The source's bytes before the
-//! offset are not written again; with a checksum they are read again (ranged) only to be hashed, so the digest
-//! still covers every byte. xz, zstd and bzip2 streams and the other formats start over: their decoders cannot
-//! be restarted mid-stream from a small state (an xz or zstd stream made of independent blocks or frames could
-//! be; the command-line tools make one by default only for xz with several threads).
+//! What resumes: raw / ISO images, uncompressed, gzip-compressed or in a multi-block xz stream (what `xz -T`
+//! writes), and qcow2 images, over HTTP(S) or S3 from servers with Range and a validator, into a file target (a
+//! Filesystem volume). The source's bytes before the offset are not written again; with a checksum they are read
+//! again (ranged) only to be hashed, so the digest still covers every byte. zstd and bzip2 streams, single-block
+//! xz files and the other formats start over: their decoders cannot be restarted mid-stream from a small state.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -60,6 +62,9 @@ pub enum Layout {
     Qcow2,
     /// A gzip stream of a raw / ISO image; `durable` is the compressed offset of [`Checkpoint::inflate`].
     Gzip,
+    /// An xz stream of a raw / ISO image; `durable` counts output (target) bytes, and the next run restarts at
+    /// the last block that begins before it, found in the source's index (`decompress::xz_index`).
+    Xz,
 }
 
 /// What an interrupted import leaves next to its target.
@@ -74,7 +79,8 @@ pub struct Checkpoint {
     pub validator: Validator,
     /// How source bytes map to target bytes.
     pub layout: Layout,
-    /// Source bytes (and, for [`Layout::Raw`], target bytes) that are durable in the target.
+    /// Source bytes (and, for [`Layout::Raw`], target bytes) that are durable in the target; [`Layout::Xz`]:
+    /// target bytes only.
     pub durable: u64,
     /// Bytes of the target written before the checkpoint, to check that it still holds them ([`Layout::Gzip`]:
     /// the deflate window before the restart point).
@@ -157,12 +163,13 @@ impl Checkpoint {
     /// Whether this checkpoint can resume an import of `source` into `dest`: same source, a durable part, and
     /// the target holds it (long enough, and the probed bytes are the ones recorded).
     pub fn resumes(&self, source: &str, dest: &Path) -> bool {
-        if self.source != source || self.durable == 0 || self.durable > self.validator.size {
+        let beyond = self.layout != Layout::Xz && self.durable > self.validator.size;
+        if self.source != source || self.durable == 0 || beyond {
             return false;
         }
         let Ok(file) = File::open(dest) else { return false };
         let need = match (self.layout, self.inflate) {
-            (Layout::Raw, _) => self.durable,
+            (Layout::Raw | Layout::Xz, _) => self.durable,
             (Layout::Qcow2, _) => self.probe.offset + self.probe.len,
             (Layout::Gzip, Some(p)) if p.input == self.durable => p.output,
             (Layout::Gzip, _) => return false,
@@ -198,7 +205,7 @@ fn digest_at(file: &File, offset: u64, len: u64) -> io::Result<String> {
 /// synced first, so a checkpoint names only durable data. A checkpoint that cannot be stored costs only the
 /// ability to resume (logged).
 ///
-/// * [`Layout::Raw`]: the stream's byte 0 lands at target offset `base` (0 on a first run, the durable end on a
+/// * [`Layout::Raw`] and [`Layout::Xz`] (its output): the stream's byte 0 lands at target offset `base` (0 on a first run, the durable end on a
 ///   resumed one); offsets, lengths and capacities are in the stream's coordinates; it checkpoints by itself,
 ///   at the end of what was written contiguously.
 /// * [`Layout::Gzip`]: as raw, with `base` the restart point's output offset; it checkpoints at the last restart
@@ -222,7 +229,7 @@ impl<'a> Checkpointing<'a> {
     /// Wraps `inner` (the target at `dest`), continuing `checkpoint` (a fresh one or the one resumed from).
     pub fn new(inner: &'a mut dyn Sink, dest: &Path, checkpoint: Checkpoint) -> Self {
         let base = match checkpoint.layout {
-            Layout::Raw => checkpoint.durable,
+            Layout::Raw | Layout::Xz => checkpoint.durable,
             Layout::Gzip => checkpoint.inflate.map_or(0, |p| p.output),
             Layout::Qcow2 => 0,
         };
@@ -257,7 +264,7 @@ impl<'a> Checkpointing<'a> {
     /// (gzip), if that moved on by [`MIN_BYTES`] of the source.
     fn record(&mut self, frontier: u64) -> Result<()> {
         let (durable, inflate, (offset, len)) = match self.checkpoint.layout {
-            Layout::Raw => (frontier, None, (frontier.saturating_sub(TAIL), frontier.min(TAIL))),
+            Layout::Raw | Layout::Xz => (frontier, None, (frontier.saturating_sub(TAIL), frontier.min(TAIL))),
             Layout::Qcow2 => (frontier, None, self.last_write),
             Layout::Gzip => {
                 let Some(p) = self.restarts.as_ref().and_then(|r| r.at_or_before(frontier)) else { return Ok(()) };

@@ -8,6 +8,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use crate::detect::Compression;
 
 pub mod gzip;
+pub mod xz_index;
 
 /// A boxed byte stream.
 pub type BoxRead = Box<dyn Read + Send>;
@@ -54,7 +55,8 @@ impl XzMulti {
     }
 }
 
-fn mt_stream() -> io::Result<liblzma::stream::Stream> {
+/// liblzma's multi-threaded xz decoder, bounded in memory ([`XZ_THREADING_MEMLIMIT`]).
+pub(crate) fn mt_stream() -> io::Result<liblzma::stream::Stream> {
     liblzma::stream::MtStreamBuilder::new()
         .threads(2)
         .memlimit_threading(XZ_THREADING_MEMLIMIT)
