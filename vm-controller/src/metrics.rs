@@ -6,6 +6,7 @@
 //! | `kubevirt_vmi_phase_count` | `node`, `phase` (lower case), `os`, `workload`, `flavor` (the VMI's `vm.kubevirt.io/…` annotations), `instance_type`, `preference` (its VM's), `guest_os_kernel_release`, `guest_os_machine`, `guest_os_name`, `guest_os_version_id` | VMIs |
 //! | `kubevirt_vmi_migrations_in_unset_phase` / `_pending_` / `_scheduling_` / `_running_phase` | — | VMIMs in no phase yet / `Pending` / `Scheduling` … `TargetReady` / `Running` |
 //! | `kubevirt_vmi_migration_succeeded` / `kubevirt_vmi_migration_failed` | `vmi`, `vmim`, `namespace` | 1 per finished VMIM |
+//! | `kubevirt_vmi_migration_start_time_seconds` / `kubevirt_vmi_migration_end_time_seconds` | `vmi`, `vmim`, `namespace` | the VMIM's `migrationState` start / end (Unix seconds), once set |
 //! | `kubevirt_number_of_vms` | `namespace` | VirtualMachines |
 //!
 //! A label without a value is `<none>`, as upstream. [`gauges`] is pure (table-tested); [`registry`] feeds
@@ -75,11 +76,15 @@ pub fn gauges(
     let mut succeeded =
         Computed::gauge("kubevirt_vmi_migration_succeeded", "Indicates if the VMI migration succeeded.");
     let mut failed = Computed::gauge("kubevirt_vmi_migration_failed", "Indicates if the VMI migration failed.");
+    let mut started =
+        Computed::gauge("kubevirt_vmi_migration_start_time_seconds", "The time at which the migration started.");
+    let mut ended =
+        Computed::gauge("kubevirt_vmi_migration_end_time_seconds", "The time at which the migration ended.");
     for g in [&mut unset, &mut pending, &mut scheduling, &mut running] {
         g.add(Vec::new(), 0.0);
     }
     for m in migrations {
-        let finished = || {
+        let labels = || {
             vec![
                 ("vmi", m.spec.vmi_name.clone()),
                 ("vmim", m.name_any()),
@@ -96,9 +101,17 @@ pub fn gauges(
                 | MigrationPhase::TargetReady,
             ) => scheduling.add(Vec::new(), 1.0),
             Some(MigrationPhase::Running) => running.add(Vec::new(), 1.0),
-            Some(MigrationPhase::Succeeded) => succeeded.add(l(finished()), 1.0),
-            Some(MigrationPhase::Failed) => failed.add(l(finished()), 1.0),
+            Some(MigrationPhase::Succeeded) => succeeded.add(l(labels()), 1.0),
+            Some(MigrationPhase::Failed) => failed.add(l(labels()), 1.0),
             Some(_) => {}
+        }
+        let state = m.status.as_ref().and_then(|s| s.migration_state.as_ref());
+        let unix = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_second() as f64;
+        if let Some(t) = state.and_then(|s| s.start_timestamp.as_ref()) {
+            started.add(l(labels()), unix(t));
+        }
+        if let Some(t) = state.and_then(|s| s.end_timestamp.as_ref()) {
+            ended.add(l(labels()), unix(t));
         }
     }
 
@@ -106,7 +119,7 @@ pub fn gauges(
     for vm in vms {
         per_namespace.add(l(vec![("namespace", vm.namespace().unwrap_or_default())]), 1.0);
     }
-    vec![phases, unset, pending, scheduling, running, succeeded, failed, per_namespace]
+    vec![phases, unset, pending, scheduling, running, succeeded, failed, started, ended, per_namespace]
 }
 
 /// The registry of [`gauges`] over the controller's caches (every VMI, VMIM and VM), computed at every scrape.
@@ -181,13 +194,23 @@ mod tests {
             vmim("m4", Some("Running")),
             vmim("m5", Some("Succeeded")),
             vmim("m6", Some("Failed")),
+            obj(json!({"metadata": {"name": "m7", "namespace": "n"}, "spec": {"vmiName": "vmi-y"},
+                "status": {"phase": "Running", "migrationState": {"startTimestamp": "1970-01-01T00:01:40Z"}}})),
+            obj(json!({"metadata": {"name": "m8", "namespace": "n"}, "spec": {"vmiName": "vmi-y"},
+                "status": {"phase": "Succeeded", "migrationState": {"startTimestamp": "1970-01-01T00:01:40Z",
+                    "endTimestamp": "1970-01-01T00:02:00Z"}}})),
         ];
         let gs = gauges(&[], &ms, &[]);
         let single = |name: &str| value(find(&gs, name), &[]);
         assert_eq!(single("kubevirt_vmi_migrations_in_unset_phase"), Some(1));
         assert_eq!(single("kubevirt_vmi_migrations_in_pending_phase"), Some(1));
         assert_eq!(single("kubevirt_vmi_migrations_in_scheduling_phase"), Some(2));
-        assert_eq!(single("kubevirt_vmi_migrations_in_running_phase"), Some(1));
+        assert_eq!(single("kubevirt_vmi_migrations_in_running_phase"), Some(2));
+        let times = |name: &str, vmim: &str| value(find(&gs, name), &[("vmi", "vmi-y"), ("vmim", vmim)]);
+        assert_eq!(times("kubevirt_vmi_migration_start_time_seconds", "m7"), Some(100));
+        assert_eq!(times("kubevirt_vmi_migration_end_time_seconds", "m7"), None, "not ended");
+        assert_eq!(times("kubevirt_vmi_migration_end_time_seconds", "m8"), Some(120));
+        assert_eq!(find(&gs, "kubevirt_vmi_migration_start_time_seconds").samples.len(), 2);
         let done = [("vmi", "vmi-x"), ("vmim", "m5"), ("namespace", "n")];
         assert_eq!(value(find(&gs, "kubevirt_vmi_migration_succeeded"), &done), Some(1));
         assert_eq!(value(find(&gs, "kubevirt_vmi_migration_failed"), &[("vmim", "m6")]), Some(1));

@@ -226,6 +226,14 @@ async fn a_container_disk_vmi_migrates_to_the_other_node_and_keeps_running() -> 
     })
     .await?;
     assert!(metrics.contains("kubevirt_vmi_migrations_in_running_phase "), "{metrics}");
+    let job = [("vmi", "vmi-migratable"), ("vmim", "migration-job"), ("namespace", ns.as_str())];
+    for (name, at) in [
+        ("kubevirt_vmi_migration_start_time_seconds", &ms.start_timestamp),
+        ("kubevirt_vmi_migration_end_time_seconds", &ms.end_timestamp),
+    ] {
+        let want = at.as_ref().map(|t| t.0.as_second() as f64);
+        assert_eq!(stack_support::metrics::sample(&metrics, name, &job), want, "{name}: {metrics}");
+    }
     // Passed: its guests go (a failing test leaves them for inspection).
     env.ns.clone().delete().await
 }
