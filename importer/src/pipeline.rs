@@ -309,26 +309,17 @@ fn resume(
                 let mut decoded =
                     Tagger::new(decoder, |source, _| Error::Decompress { compression: Compression::Gzip, source });
                 let done = point.output;
-                let limit = match (req.size.limit(), sink.capacity()) {
-                    (Some(s), Some(c)) => Some(s.min(c)),
-                    (s, c) => s.or(c),
-                };
+                let limit = raw_limit(req, sink.capacity());
                 let mut w = Checkpointing::new(sink.as_mut(), &req.dest, ckpt.clone()).with_restarts(Some(restarts));
                 let copied = format::copy_raw(&mut decoded, &mut w, limit.map(|l| l.saturating_sub(done)))?;
                 drop(w);
-                let vs = done + copied;
-                let target = plan::target_size(vs, req.size, sink.capacity())?;
-                sink.write_zeroes(vs, target - vs)?;
-                Ok((vs, target))
+                raw_end(req, sink.as_mut(), done + copied)
             }
             Layout::Xz => {
                 let r = xz.as_ref().ok_or_else(|| Error::InvalidRequest(String::from("no xz restart block")))?;
                 let done = r.block.uncompressed;
                 let (rest_in, rest_out) = (r.index.offset - r.block.compressed, r.index.output_len - done);
-                let limit = match (req.size.limit(), sink.capacity()) {
-                    (Some(s), Some(c)) => Some(s.min(c)),
-                    (s, c) => s.or(c),
-                };
+                let limit = raw_limit(req, sink.capacity());
                 let xz_err = |source| Error::Decompress { compression: Compression::Xz, source };
                 let restarted = Checkpoint { durable: done, ..ckpt.clone() };
                 let mut w = Checkpointing::new(sink.as_mut(), &req.dest, restarted);
@@ -350,10 +341,7 @@ fn resume(
                 }
                 // The index and the footer: read (and hashed) like every other byte of the source.
                 drain(&mut stream)?;
-                let vs = done + copied;
-                let target = plan::target_size(vs, req.size, sink.capacity())?;
-                sink.write_zeroes(vs, target - vs)?;
-                Ok((vs, target))
+                raw_end(req, sink.as_mut(), done + copied)
             }
             Layout::Qcow2 => {
                 let ra = random_access.ok_or_else(|| Error::InvalidRequest(String::from("no positional reads")))?;
@@ -783,11 +771,23 @@ fn stream_raw(
         let target = plan::target_size(vs, req.size, sink.capacity())?;
         sink.ensure_len(target)?;
     }
-    let limit = match (req.size.limit(), sink.capacity()) {
+    let limit = raw_limit(req, sink.capacity());
+    let vs = format::copy_raw(stream, sink, limit)?;
+    raw_end(req, sink, vs)
+}
+
+/// The most a raw stream may write into a target of `capacity`: the size rule's limit or the capacity, the
+/// smaller.
+fn raw_limit(req: &ImportRequest, capacity: Option<u64>) -> Option<u64> {
+    match (req.size.limit(), capacity) {
         (Some(s), Some(c)) => Some(s.min(c)),
         (s, c) => s.or(c),
-    };
-    let vs = format::copy_raw(stream, sink, limit)?;
+    }
+}
+
+/// After a raw image of `vs` bytes: the target's size under the request's rule, the rest zeroed; returns
+/// (virtual size, target size).
+fn raw_end(req: &ImportRequest, sink: &mut dyn Sink, vs: u64) -> Result<(u64, u64)> {
     let target = plan::target_size(vs, req.size, sink.capacity())?;
     sink.write_zeroes(vs, target - vs)?;
     Ok((vs, target))
