@@ -196,6 +196,21 @@ fn run_to_end(url: &str, dest: &Path, extra: &[&str]) {
     assert!(out.status.success(), "resumed run failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// What nginx logged once the resumed run is done: exactly one ranged GET from `from` (206, the rest of the
+/// `size` bytes), and no GET without a range but the killed run's. With `hashed`, the bytes before `from` were
+/// read again by Range, only to be hashed (the checksum covers every byte).
+fn assert_read_only_the_rest(token: &str, from: u64, size: u64, hashed: bool) -> Vec<(u16, u64, String)> {
+    let log = gets(token);
+    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={from}-")).collect();
+    assert_eq!(resumed.len(), 1, "one ranged GET from byte {from}: {log:?}");
+    assert_eq!((resumed[0].0, resumed[0].1), (206, size - from), "{log:?}");
+    if hashed {
+        assert!(log.iter().any(|(s, b, r)| *s == 206 && r.starts_with("bytes=0-") && *b == from), "{log:?}");
+    }
+    assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
+    log
+}
+
 #[test]
 fn a_killed_import_resumes_from_its_durable_data_and_reads_only_the_rest() {
     let src = SlowFile::new("resume", 1);
@@ -211,16 +226,7 @@ fn a_killed_import_resumes_from_its_durable_data_and_reads_only_the_rest() {
     run_to_end(&src.url, &dest, &["--checksum", &sum]);
     assert_eq!(fs::read(&dest).unwrap(), want, "resumed image differs from the source");
     assert!(!checkpoint_of(&dest).exists(), "checkpoint left after success");
-
-    let log = gets(&src.token);
-    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={durable}-")).collect();
-    assert_eq!(resumed.len(), 1, "one ranged GET from the durable end: {log:?}");
-    let (status, bytes, _) = resumed[0];
-    assert_eq!((*status, *bytes), (206, LEN as u64 - durable), "{log:?}");
-    // The checksum still covers every byte: the first part is read again, only to be hashed.
-    assert!(log.iter().any(|(s, b, r)| *s == 206 && r.starts_with("bytes=0-") && *b == durable), "{log:?}");
-    let full = log.iter().filter(|(_, _, r)| r.is_empty()).count();
-    assert_eq!(full, 1, "only the killed run read from byte 0 without a range: {log:?}");
+    assert_read_only_the_rest(&src.token, durable, LEN as u64, true);
 }
 
 #[test]
@@ -270,12 +276,8 @@ fn a_killed_qcow2_import_resumes_from_the_converters_frontier() {
     run_to_end(&src.url, &dest, &[]);
     assert_eq!(fs::read(&dest).unwrap(), content(5), "resumed qcow2 import differs from the image's contents");
     assert!(!checkpoint_of(&dest).exists(), "checkpoint left after success");
-    let log = gets(&src.token);
     // The stream from the frontier for the rest, the tables below it by small ranged reads, nothing whole again.
-    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={frontier}-")).collect();
-    assert_eq!(resumed.len(), 1, "one ranged GET from the frontier: {log:?}");
-    assert_eq!((resumed[0].0, resumed[0].1), (206, size - frontier), "{log:?}");
-    assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
+    let log = assert_read_only_the_rest(&src.token, frontier, size, false);
     let tables: u64 = log
         .iter()
         .filter(|(_, _, r)| r.starts_with("bytes=") && r.contains("-") && !r.ends_with('-'))
@@ -305,12 +307,7 @@ fn a_killed_gzip_import_resumes_from_a_deflate_block_boundary() {
     run_to_end(&src.url, &dest, &["--checksum", &sum]);
     assert_eq!(fs::read(&dest).unwrap(), content(6), "resumed gzip import differs from the uncompressed source");
     assert!(!checkpoint_of(&dest).exists(), "checkpoint left after success");
-    let log = gets(&src.token);
-    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={durable}-")).collect();
-    assert_eq!(resumed.len(), 1, "one ranged GET from the restart point: {log:?}");
-    assert_eq!((resumed[0].0, resumed[0].1), (206, size - durable), "{log:?}");
-    assert!(log.iter().any(|(s, b, r)| *s == 206 && r.starts_with("bytes=0-") && *b == durable), "{log:?}");
-    assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
+    assert_read_only_the_rest(&src.token, durable, size, true);
 }
 
 #[test]
@@ -336,12 +333,6 @@ fn a_killed_xz_import_resumes_at_the_last_block_inside_its_durable_data() {
     run_to_end(&src.url, &dest, &["--checksum", &sum]);
     assert_eq!(fs::read(&dest).unwrap(), content(7), "resumed xz import differs from the uncompressed source");
     assert!(!checkpoint_of(&dest).exists(), "checkpoint left after success");
-    let log = gets(&src.token);
-    let resumed: Vec<_> = log.iter().filter(|(_, _, r)| *r == format!("bytes={from}-")).collect();
-    assert_eq!(resumed.len(), 1, "one ranged GET from the block's offset {from}: {log:?}");
-    assert_eq!((resumed[0].0, resumed[0].1), (206, size - from), "{log:?}");
-    // The checksum covers the bytes before it, read again only to be hashed; the index and stream header are
-    // small positional reads.
-    assert!(log.iter().any(|(s, b, r)| *s == 206 && r.starts_with("bytes=0-") && *b == from), "{log:?}");
-    assert_eq!(log.iter().filter(|(_, _, r)| r.is_empty()).count(), 1, "only the killed run read it whole: {log:?}");
+    // Besides: the index and the stream header, by small positional reads.
+    assert_read_only_the_rest(&src.token, from, size, true);
 }
