@@ -19,7 +19,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::checksum::{ExpectedChecksum, Hasher, HashingReader};
-use crate::decompress::gzip::{GzipDecoder, Restarts, WINDOW};
+use crate::decompress::gzip::{GzipDecoder, Restarts};
 use crate::decompress::xz_index;
 use crate::decompress::{self, BoxRead, MAX_NESTING};
 use crate::detect::{Compression, DETECT_LEN, ImageFormat};
@@ -258,16 +258,11 @@ fn resume(
         (Layout::Qcow2, _) => std::fs::metadata(&req.dest).map(|m| m.len()).unwrap_or(0),
     };
     // Gzip: the deflate window, read back from the target before anything past the restart point is dropped.
-    let window = match ckpt.inflate {
-        Some(p) if ckpt.layout == Layout::Gzip => {
-            let len = p.output.min(WINDOW as u64);
-            let mut w = vec![0u8; len as usize];
-            let file =
-                std::fs::File::open(&req.dest).map_err(|source| Error::Sink { path: req.dest.clone(), source })?;
-            std::os::unix::fs::FileExt::read_exact_at(&file, &mut w, p.output - len)
-                .map_err(|source| Error::Sink { path: req.dest.clone(), source })?;
-            w
-        }
+    let window = match ckpt.layout {
+        Layout::Gzip => match ckpt.deflate_window(&req.dest) {
+            Some(w) => w,
+            None => return Ok(None),
+        },
         _ => Vec::new(),
     };
     let mut sink: Box<dyn Sink> = Box::new(sink::TargetSink::resume_file(&req.dest, req.preallocate, keep)?);
@@ -465,7 +460,8 @@ fn import_from(
     started: Instant,
 ) -> Result<ImportReport> {
     let validator = opened.validator.clone();
-    let restartable = req.resume && validator.is_some();
+    // The restartable gzip decoder only where a checkpoint can be written (a file target: see below).
+    let restartable = req.resume && validator.is_some() && !sink::is_block_device(&req.dest);
     let probed = probe_opened(opened, &req.source, progress, hasher.as_ref(), restartable)?;
     let plan = plan::plan(Probe {
         format: probed.format,

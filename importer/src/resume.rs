@@ -178,6 +178,19 @@ impl Checkpoint {
         long_enough && self.probe.holds(&file)
     }
 
+    /// [`Layout::Gzip`]: the deflate window before the restart point, read from the target at `dest` once, and
+    /// only if it still holds the bytes the probe recorded (the probe covers exactly the window). `None` for
+    /// another layout, or when the window cannot be read or changed.
+    pub fn deflate_window(&self, dest: &Path) -> Option<Vec<u8>> {
+        let p = self.inflate.filter(|_| self.layout == Layout::Gzip)?;
+        let len = p.output.min(WINDOW as u64);
+        if (self.probe.offset, self.probe.len) != (p.output - len, len) {
+            return None;
+        }
+        let bytes = File::open(dest).and_then(|f| bytes_at(&f, self.probe.offset, self.probe.len)).ok()?;
+        (digest(&bytes) == self.probe.sha256).then_some(bytes)
+    }
+
     /// Writes the checkpoint next to `dest` atomically: a temporary file, fsynced, renamed over the old one,
     /// and the directory fsynced.
     fn store(&self, dest: &Path) -> io::Result<()> {
@@ -194,11 +207,21 @@ impl Checkpoint {
     }
 }
 
-/// SHA-256 (hex) of `file`'s bytes `[offset, offset + len)`.
-fn digest_at(file: &File, offset: u64, len: u64) -> io::Result<String> {
+/// `file`'s bytes `[offset, offset + len)` (at most [`WINDOW`] of them).
+fn bytes_at(file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len.min(WINDOW as u64) as usize];
     file.read_exact_at(&mut buf, offset)?;
-    Ok(Sha256::digest(&buf).iter().map(|b| format!("{b:02x}")).collect())
+    Ok(buf)
+}
+
+/// SHA-256 (hex) of `bytes`.
+fn digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 (hex) of `file`'s bytes `[offset, offset + len)`.
+fn digest_at(file: &File, offset: u64, len: u64) -> io::Result<String> {
+    bytes_at(file, offset, len).map(|b| digest(&b))
 }
 
 /// A sink that writes checkpoints, every [`INTERVAL`] once [`MIN_BYTES`] more are durable: the inner sink is
@@ -435,12 +458,15 @@ mod tests {
         assert_eq!((c.layout, c.durable, c.inflate), (Layout::Gzip, point.input, Some(point)));
         assert_eq!((c.probe.offset, c.probe.len), ((1 << 20) - WINDOW as u64, WINDOW as u64), "the window");
         assert!(c.resumes("http://h/x.raw.gz", &dest));
+        let window = c.deflate_window(&dest);
+        assert!(window.as_deref() == Some(&data[(1 << 20) - WINDOW..1 << 20]), "the window is the probed bytes");
         let mut other = c.clone();
         other.durable += 1;
         assert!(!other.resumes("http://h/x.raw.gz", &dest), "the restart point is not the durable offset");
         let f = OpenOptions::new().write(true).open(&dest).map_err(io)?;
         f.write_all_at(&[1, 2, 3], (1 << 20) - 20_000).map_err(io)?;
         assert!(!c.resumes("http://h/x.raw.gz", &dest), "the window changed");
+        assert_eq!(c.deflate_window(&dest), None, "a changed window is not used");
         Ok(())
     }
 

@@ -119,6 +119,11 @@ pub fn open(dest: &Path, preallocate: bool) -> Result<Box<dyn Sink>> {
     }
 }
 
+/// Whether `dest` is a block device (the target [`open`] writes in place, with no room for anything beside it).
+pub fn is_block_device(dest: &Path) -> bool {
+    fs::metadata(dest).is_ok_and(|m| m.file_type().is_block_device())
+}
+
 /// Whether an I/O error is `EFBIG` (a file larger than its filesystem allows).
 fn is_efbig(e: &io::Error) -> bool {
     e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error())
